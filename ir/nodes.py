@@ -94,6 +94,9 @@ class Tensor:
         """The in-bounds index range ``(lo, hi)`` of each dimension."""
         return tuple((0, n) for n in self.shape)
 
+    def __getitem__(self, indices) -> "Access":
+        return Access(self, indices if isinstance(indices, tuple) else (indices,))
+
 
 class Expr:
     """Base of body nodes. Operators build nodes: ``a * b``, ``a + 1``, ``-a``."""
