@@ -4,3 +4,12 @@ from ir.nodes import (  # noqa: F401
     accesses, free_iterators, inputs, iterator_symbol, sub_scopes, walk,
 )
 from ir.interpreter import evaluate  # noqa: F401
+from ir.errors import IRError, ParseError  # noqa: F401
+from ir.parser import parse, parse_all  # noqa: F401
+from ir.printer import to_latex, to_text  # noqa: F401
+from ir.check import check  # noqa: F401
+from ir.canonical import canonical, fingerprint  # noqa: F401
+from ir.equiv import Comparison, compare, equivalent, random_inputs  # noqa: F401
+from ir.analysis import (  # noqa: F401
+    analytic_cost, bytes_moved, flops, iteration_points, program_cost,
+)

@@ -184,6 +184,10 @@ class Scope(Expr):
         from ir.printer import to_text
         return to_text(self)
 
+    def _repr_latex_(self) -> str:
+        from ir.printer import to_latex
+        return f"$${to_latex(self)}$$"
+
 
 def _scope_hash(self: Scope) -> int:
     h = self.__dict__.get("_hash")

@@ -1,0 +1,47 @@
+"""Analytic cost of one scope level (its sources are separate levels: use ``program_cost``).
+
+A roofline-ish estimate in *flop-equivalents*: a scope costs the larger of its arithmetic and
+its memory traffic (bytes weighted by ``BALANCE`` flops per byte, about what a CPU or a GPU's
+CUDA cores sustain), plus a fixed ``LAUNCH`` charge so that fusing levels pays off.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ir.nodes import Binary, Scope, Unary, accesses, sub_scopes, walk
+
+BALANCE = 8.0  # flops per byte moved at which compute and memory take equally long
+LAUNCH = 1024.0  # per-scope fixed cost (kernel launch, loop setup), in flop-equivalents
+
+
+def iteration_points(scope: Scope) -> int:
+    """Product of the extents of all traversal and summation iterators."""
+    return math.prod(it.extent for it in scope.traversal + scope.summation)
+
+
+def numel(source) -> int:
+    return math.prod(source.shape)
+
+
+def flops(scope: Scope) -> int:
+    """Iteration points × (operators in the body, + 1 for the accumulate of a reduction)."""
+    ops = sum(isinstance(n, (Binary, Unary)) for n in walk(scope.body))
+    return iteration_points(scope) * (ops + bool(scope.summation))
+
+
+def bytes_moved(scope: Scope, itemsize: int = 4) -> int:
+    """(Output elements + for each distinct source min(its elements, iteration points)) × itemsize."""
+    points = iteration_points(scope)
+    sources = {a.source for a in accesses(scope.body)}
+    return (numel(scope) + sum(min(numel(s), points) for s in sources)) * itemsize
+
+
+def analytic_cost(scope: Scope, itemsize: int = 4) -> float:
+    """max(flops, BALANCE × bytes) + LAUNCH: compute- or memory-bound, whichever dominates."""
+    return max(flops(scope), BALANCE * bytes_moved(scope, itemsize)) + LAUNCH
+
+
+def program_cost(root: Scope, node_cost: Callable[[Scope], float] = analytic_cost) -> float:
+    """Sum of ``node_cost`` over every distinct scope of the program (``sub_scopes``)."""
+    return sum(node_cost(s) for s in sub_scopes(root))

@@ -1,0 +1,417 @@
+"""Text → expressions. One statement per line; the syntax reads like the math::
+
+    A: f32[512, 1024]                       # declaration (shapes may also come from tensors=)
+    T[k,l] = sum[j] B[k,j] * C[j,l]
+    O[n,f,h,w] = sum[c,r,s] I[n,c,h+r-1,w+s-1] * K[f,c,r,s] where h in 0:7, w in 0:7
+
+An earlier statement's name used as an access source refers to its Scope object, so programs
+nest. Iterator ranges are inferred from the dimensions where an iterator is a bare index (as
+Tensor Comprehensions does); ``where`` overrides. See docs/language.md.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+import sympy
+
+from ir.errors import ParseError
+from ir.nodes import (
+    Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Tensor, UnOp, Unary, accesses,
+    iterator_symbol,
+)
+
+REDUCES = {r.value: r for r in Reduce}
+UNARY_FUNCS = {op.value: op for op in UnOp if op is not UnOp.NEG}
+BINARY_FUNCS = {"max": BinOp.MAX, "min": BinOp.MIN}
+NUMBER_WORDS = {"inf": float("inf"), "nan": float("nan")}
+# Words with a meaning of their own; they cannot name tensors, statements or iterators.
+RESERVED = frozenset(REDUCES) | {"where", "in"} | frozenset(NUMBER_WORDS)
+DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+          "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+          "bool": "bool"}
+DTYPE_SHORT = {full: short for short, full in DTYPES.items()}
+
+_TOKEN = re.compile(r"\s*(?:(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
+                    r"|(?P<name>[A-Za-z_]\w*)|(?P<op>//|[-+*/%()\[\],:=]))")
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # "num", "name", "op" or "end"
+    text: str
+    column: int  # 1-based
+
+
+def _tokenize(code: str, lineno: int, raw: str) -> list[Token]:
+    tokens, pos, code = [], 0, code.rstrip()
+    while pos < len(code):
+        m = _TOKEN.match(code, pos)
+        if not m:
+            col = len(code) - len(code[pos:].lstrip()) + 1
+            raise ParseError(f"unexpected character {code[col - 1]!r}", lineno, col, raw)
+        kind = m.lastgroup
+        tokens.append(Token(kind, m.group(kind), m.start(kind) + 1))
+        pos = m.end()
+    tokens.append(Token("end", "", len(code) + 1))
+    return tokens
+
+
+def _source_name(src) -> str:
+    return getattr(src, "name", None) or "a scope"
+
+
+def infer_ranges(body: Expr) -> dict[str, dict[tuple[int, int], str]]:
+    """For each iterator, the ranges of the dimensions where it is a bare index (→ where seen).
+
+    The printer uses the same function to decide which ``where`` clauses it must write.
+    """
+    found: dict[str, dict[tuple[int, int], str]] = {}
+    for a in accesses(body):
+        bounds = a.source.bounds()
+        for d, (ix, rng) in enumerate(zip(a.indices, bounds)):
+            if isinstance(ix, sympy.Symbol):
+                found.setdefault(ix.name, {}).setdefault(rng, f"{_source_name(a.source)} dim {d}")
+    return found
+
+
+class _Line:
+    """Recursive-descent parser for one line of text."""
+
+    def __init__(self, raw: str, lineno: int, names: dict[str, Tensor | Scope]):
+        self.raw, self.lineno, self.names = raw, lineno, names
+        self.toks = _tokenize(raw.split("#", 1)[0], lineno, raw)
+        self.pos = 0
+        self.iters: dict[str, Token] = {}
+
+    # -- token helpers ---------------------------------------------------------------------
+    def peek(self, k: int = 0) -> Token:
+        return self.toks[min(self.pos + k, len(self.toks) - 1)]
+
+    def next(self) -> Token:
+        tok = self.peek()
+        self.pos += tok.kind != "end"
+        return tok
+
+    def at(self, text: str, k: int = 0) -> bool:
+        tok = self.peek(k)
+        return tok.kind in ("op", "name") and tok.text == text
+
+    def error(self, msg: str, tok: Token | None = None) -> ParseError:
+        tok = tok or self.peek()
+        return ParseError(msg, self.lineno, tok.column, self.raw)
+
+    def expect(self, text: str, what: str) -> Token:
+        if not self.at(text):
+            raise self.error(f"expected {what}")
+        return self.next()
+
+    def name(self, what: str) -> Token:
+        tok = self.peek()
+        if tok.kind != "name":
+            raise self.error(f"expected {what}")
+        if tok.text in RESERVED:
+            raise self.error(f"{tok.text!r} is a reserved word and cannot be {what}")
+        return self.next()
+
+    def int_(self, what: str) -> int:
+        neg = self.at("-")
+        if neg:
+            self.next()
+        tok = self.peek()
+        if tok.kind != "num" or not tok.text.isdigit():
+            raise self.error(f"expected {what}")
+        self.next()
+        return -int(tok.text) if neg else int(tok.text)
+
+    def name_list(self, what: str) -> list[Token]:
+        self.expect("[", "'['")
+        out = []
+        while not self.at("]"):
+            out.append(self.name(what))
+            if not self.at("]"):
+                self.expect(",", f"',' or ']' after {what}")
+        self.next()
+        return out
+
+    # -- declarations and statements ------------------------------------------------------
+    def declaration(self, name: Token) -> Tensor:
+        self.expect(":", "':'")
+        dtype = "float32"
+        if self.peek().kind == "name":
+            tok = self.next()
+            if tok.text not in DTYPES and tok.text not in DTYPE_SHORT:
+                raise self.error(f"unknown dtype {tok.text!r} (expected one of "
+                                 f"{', '.join(DTYPES)})", tok)
+            dtype = DTYPES.get(tok.text, tok.text)
+        self.expect("[", "'[' and the shape")
+        shape = []
+        while not self.at("]"):
+            tok = self.peek()
+            size = self.int_("a dimension size (a non-negative integer)")
+            if size < 0:
+                raise self.error("a dimension size cannot be negative", tok)
+            shape.append(size)
+            if not self.at("]"):
+                self.expect(",", "',' or ']' after a dimension size")
+        self.next()
+        self.end("end of line after the declaration")
+        return Tensor(name.text, tuple(shape), dtype)
+
+    def end(self, what: str):
+        if self.peek().kind != "end":
+            raise self.error(f"expected {what}")
+
+    def statement(self, name: Token) -> Scope:
+        traversal = self.name_list("an iterator name")
+        self.expect("=", "'=' after the left-hand side")
+        reduce, summation = Reduce.SUM, []
+        if self.peek().text in REDUCES and self.at("[", 1):
+            reduce = REDUCES[self.next().text]
+            summation = self.name_list("an iterator name")
+        for tok in traversal + summation:
+            if tok.text in self.iters:
+                raise self.error(f"duplicate iterator {tok.text!r}", tok)
+            self.iters[tok.text] = tok
+        body = self.expr()
+        where: dict[str, tuple[int, int]] = {}
+        if self.at("where"):
+            self.next()
+            while True:
+                tok = self.name("an iterator name")
+                if tok.text not in self.iters:
+                    raise self.error(f"unknown iterator {tok.text!r} in where", tok)
+                if tok.text in where:
+                    raise self.error(f"{tok.text!r} has two where clauses", tok)
+                self.expect("in", "'in'")
+                lo = self.int_("an integer lower bound")
+                self.expect(":", "':' between the bounds")
+                where[tok.text] = (lo, self.int_("an integer upper bound"))
+                if not self.at(","):
+                    break
+                self.next()
+        self.end("an operator, 'where' or end of line" if not where else "',' or end of line")
+        ranges = self.ranges(body, where)
+        its = tuple(Iter(t.text, *ranges[t.text]) for t in traversal)
+        sums = tuple(Iter(t.text, *ranges[t.text]) for t in summation)
+        return Scope(its, sums, body, reduce, name=name.text)
+
+    def ranges(self, body: Expr, where: dict[str, tuple[int, int]]):
+        inferred = infer_ranges(body)
+        out = {}
+        for it, tok in self.iters.items():
+            if it in where:
+                lo, hi = out[it] = where[it]
+                if hi < lo:
+                    raise self.error(f"inverted range {lo}:{hi} for {it!r}", tok)
+                continue
+            seen = inferred.get(it, {})
+            if not seen:
+                raise self.error(f"cannot infer the range of {it!r}: it is never a bare index "
+                                 f"— write `where {it} in lo:hi`", tok)
+            if len(seen) > 1:
+                cands = ", ".join(f"{lo}:{hi} from {d}" for (lo, hi), d in seen.items())
+                raise self.error(f"ambiguous range for {it!r}: {cands} "
+                                 f"— write `where {it} in lo:hi`", tok)
+            out[it] = next(iter(seen))
+        return out
+
+    # -- body expressions -----------------------------------------------------------------
+    def expr(self) -> Expr:
+        e = self.term()
+        while self.at("+") or self.at("-"):
+            op = BinOp.ADD if self.next().text == "+" else BinOp.SUB
+            e = Binary(op, e, self.term())
+        return e
+
+    def term(self) -> Expr:
+        e = self.unary()
+        while self.at("*") or self.at("/"):
+            op = BinOp.MUL if self.next().text == "*" else BinOp.DIV
+            e = Binary(op, e, self.unary())
+        return e
+
+    def unary(self) -> Expr:
+        if self.at("-"):
+            self.next()
+            tok = self.peek()  # `-2` is the constant -2, `-(2)` the negation of 2
+            if tok.kind == "num" or (tok.text in NUMBER_WORDS and not self._called(1)):
+                return Const(-self.atom().value)
+            return Unary(UnOp.NEG, self.unary())
+        return self.atom()
+
+    def _called(self, k: int = 1) -> bool:
+        return self.at("[", k) or self.at("(", k)
+
+    def atom(self) -> Expr:
+        tok = self.peek()
+        if tok.kind == "num":
+            self.next()
+            return Const(float(tok.text))
+        if tok.kind == "name":
+            if tok.text in NUMBER_WORDS and not self._called():
+                self.next()
+                return Const(NUMBER_WORDS[tok.text])
+            if self.at("(", 1) and tok.text in UNARY_FUNCS | BINARY_FUNCS:
+                return self.call()
+            if self.at("[", 1):
+                return self.access()
+            if tok.text in self.iters:
+                raise self.error(f"iterator {tok.text!r} can only be used inside [...] indices")
+            if tok.text in self.names:
+                raise self.error(f"expected '[' after {tok.text!r}", self.peek(1))
+            raise self.error(f"unknown function, tensor or statement {tok.text!r}")
+        if self.at("("):
+            self.next()
+            e = self.expr()
+            self.expect(")", "')'")
+            return e
+        raise self.error("expected an expression (a number, an access like A[i], "
+                         "a function call or '(')")
+
+    def call(self) -> Expr:
+        fn = self.next().text
+        self.next()  # '('
+        if fn in BINARY_FUNCS:
+            a = self.expr()
+            self.expect(",", f"',' between the two arguments of {fn}")
+            b = self.expr()
+            self.expect(")", f"')' after the arguments of {fn}")
+            return Binary(BINARY_FUNCS[fn], a, b)
+        x = self.expr()
+        self.expect(")", f"')' after the argument of {fn}")
+        return Unary(UNARY_FUNCS[fn], x)
+
+    def access(self) -> Access:
+        tok = self.next()
+        src = self.names.get(tok.text)
+        if src is None:
+            raise self.error(f"unknown tensor or statement {tok.text!r} (declare it like "
+                             f"`{tok.text}: f32[...]` or pass its shape in tensors=)", tok)
+        self.next()  # '['
+        indices = []
+        while not self.at("]"):
+            indices.append(self.index())
+            if not self.at("]"):
+                self.expect(",", "']' or ',' after index")
+        self.next()
+        if len(indices) != len(src.bounds()):
+            raise self.error(f"{tok.text!r} has rank {len(src.bounds())} but is indexed "
+                             f"with {len(indices)} indices", tok)
+        return Access(src, tuple(indices))
+
+    # -- index expressions: integer-affine, plus // and % by positive constants -------------
+    def _index_start(self) -> bool:
+        tok = self.peek()
+        if tok.kind == "name":
+            return not self._called(1)
+        return tok.kind == "num" or self.at("(") or self.at("-")
+
+    def index(self) -> sympy.Expr:
+        if not self._index_start():
+            raise self.error("expected an index (an iterator, an integer or '(')")
+        e = self.iterm()
+        while (self.at("+") or self.at("-")) and self._peek_index_start():
+            sign = 1 if self.next().text == "+" else -1
+            e = e + sign * self.iterm()
+        return e
+
+    def _peek_index_start(self) -> bool:
+        self.pos += 1
+        try:
+            return self._index_start()
+        finally:
+            self.pos -= 1
+
+    def iterm(self) -> sympy.Expr:
+        e = self.iunary()
+        while True:
+            tok = self.peek()
+            if self.at("*") and self._peek_index_start():
+                self.next()
+                rhs = self.iunary()
+                if not (e.is_Integer or rhs.is_Integer):
+                    raise self.error(f"non-affine index {e}*{rhs}: '*' needs an integer "
+                                     "constant on one side", tok)
+                e = e * rhs
+            elif self.at("//") or self.at("%"):
+                self.next()
+                n = self.peek()
+                if n.kind != "num" or not n.text.isdigit() or int(n.text) == 0:
+                    raise self.error(f"expected a positive integer after '{tok.text}'", n)
+                self.next()
+                e = sympy.floor(e / int(n.text)) if tok.text == "//" else sympy.Mod(e, int(n.text))
+            elif self.at("/"):
+                raise self.error("'/' is not allowed in an index: use '//' for floor division")
+            else:
+                return e
+
+    def iunary(self) -> sympy.Expr:
+        if self.at("-"):
+            self.next()
+            return -self.iunary()
+        tok = self.peek()
+        if tok.kind == "num":
+            if not tok.text.isdigit():
+                raise self.error(f"index constants must be integers, not {tok.text}")
+            self.next()
+            return sympy.Integer(int(tok.text))
+        if self.at("("):
+            self.next()
+            e = self.index()
+            self.expect(")", "')'")
+            return e
+        if tok.kind == "name" and not self._called(1):
+            if tok.text not in self.iters:
+                raise self.error(f"unknown iterator {tok.text!r}")
+            self.next()
+            return iterator_symbol(tok.text)
+        raise self.error("expected an index (an iterator, an integer or '(')")
+
+
+def _as_tensor(name: str, t) -> Tensor:
+    if isinstance(t, Tensor):
+        return t
+    return Tensor(name, tuple(int(n) for n in t))
+
+
+def parse_all(text: str, tensors: Mapping[str, object] | None = None) -> dict[str, Scope]:
+    """Every statement of ``text`` by name, in order (declarations are not included)."""
+    given = {n: _as_tensor(n, t) for n, t in (tensors or {}).items()}
+    names: dict[str, Tensor | Scope] = dict(given)
+    declared: set[str] = set()
+    statements: dict[str, Scope] = {}
+    last = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _Line(raw, lineno, names)
+        if line.peek().kind == "end":
+            continue
+        name = line.name("a tensor or statement name")
+        if name.text in declared or name.text in statements:
+            raise line.error(f"{name.text!r} is already defined", name)
+        if line.at(":"):
+            t = line.declaration(name)
+            if name.text in given and given[name.text] != t:
+                raise line.error(f"{name.text!r} is declared as {t.shape} {t.dtype} but "
+                                 f"tensors= gives {given[name.text]}", name)
+            names[name.text] = t
+            declared.add(name.text)
+            last = None
+        else:
+            if name.text in names:
+                raise line.error(f"{name.text!r} is already defined (as an input tensor)", name)
+            if not line.at("["):
+                raise line.error(f"expected ':' (a declaration) or '[' (a statement) after "
+                                 f"{name.text!r}")
+            names[name.text] = statements[name.text] = last = line.statement(name)
+    if last is None:
+        n = max(len(text.splitlines()), 1)
+        raise ParseError("expected a statement at the end of the program", n, 1,
+                         (text.splitlines() or [""])[-1])
+    return statements
+
+
+def parse(text: str, tensors: Mapping[str, object] | None = None) -> Scope:
+    """The last statement of ``text`` as a Scope (earlier statements nest inside it)."""
+    return list(parse_all(text, tensors).values())[-1]
