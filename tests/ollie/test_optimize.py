@@ -1,0 +1,190 @@
+"""@ollie.optimize end to end: correctness, caching, fallbacks and the explanation."""
+import statistics
+import time
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ir
+import ollie
+from ollie import compile_region
+
+
+def median_seconds(fn, runs=15):
+    fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def chain_args(m=512, k=1024, n=16):
+    torch.manual_seed(0)
+    return torch.randn(m, k), torch.randn(k, k), torch.randn(k, n)
+
+
+def test_matmul_chain_matches_eager():
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    a, b, c = chain_args()
+    out = f(a, b, c)
+    ref = (a @ b) @ c
+    assert torch.allclose(out, ref, rtol=1e-3, atol=1e-2 * ref.abs().max().item())
+
+
+def test_matmul_chain_is_reassociated():
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    report = f.explain(*chain_args()).compiled.regions[0]
+    assert report.decision == "adopted"
+    # A(BC): the intermediate contracts b with c, so it has c's thin column count.
+    inner = [s for s in ir.sub_scopes(report.chosen) if s is not report.chosen]
+    assert any(s.shape == (1024, 16) for s in inner)
+
+
+def test_matmul_chain_cached_call_is_faster_than_eager():
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    a, b, c = chain_args()
+    f(a, b, c)
+    eager = median_seconds(lambda: (a @ b) @ c)
+    optimized = median_seconds(lambda: f(a, b, c))
+    assert eager / optimized > 2.0  # A(BC) needs ~1/20 of the flops
+
+
+def test_second_call_with_same_signature_does_not_recompile(monkeypatch):
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    args = chain_args(64, 32, 4)
+    f(*args)
+    calls = []
+    monkeypatch.setattr(compile_region, "compile_region",
+                        lambda *a, **k: calls.append(a) or pytest.fail("recompiled"))
+    f(*args)
+    assert calls == []
+
+
+def test_new_shapes_get_their_own_plan():
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    for m in (64, 65):
+        a, b, c = chain_args(m, 32, 4)
+        assert f(a, b, c).shape == (m, 4)
+    assert len(f._cache) == 2
+
+
+def test_keyword_arguments_are_bound():
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    a, b, c = chain_args(64, 32, 4)
+    assert torch.allclose(f(a, b=b, c=c), (a @ b) @ c, atol=1e-4)
+
+
+def test_function_without_improvement_runs_eager_code():
+    def g(x, y):
+        return torch.relu(x + y)
+
+    f = ollie.optimize(g)
+    x, y = torch.randn(256, 256), torch.randn(256, 256)
+    assert torch.equal(f(x, y), g(x, y))
+    compiled = f._cache[next(iter(f._cache))]
+    assert compiled.run is g  # nothing adopted: the user's own function runs
+
+
+def test_untraceable_function_falls_back_with_one_line_warning():
+    def data_dependent(x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    f = ollie.optimize(data_dependent)
+    x = torch.ones(4)
+    with pytest.warns(ollie.OllieWarning, match="running data_dependent eagerly") as record:
+        out = f(x)
+    assert torch.equal(out, x * 2)
+    assert "\n" not in str(record[0].message)
+
+
+def test_unsupported_op_stays_eager_and_the_rest_is_optimized():
+    def h(a, b, c):
+        return torch.sort((a @ b) @ c, dim=0).values
+
+    f = ollie.optimize(h)
+    a, b, c = chain_args(256, 512, 8)
+    out = f(a, b, c)
+    ref = h(a, b, c)
+    assert torch.allclose(out, ref, rtol=1e-3, atol=1e-2 * ref.abs().max().item())
+    explanation = str(f.explain(a, b, c))
+    assert "sort" in explanation
+
+
+def test_wrong_kernel_is_rejected_and_eager_result_returned(monkeypatch):
+    import codegen
+
+    real_lower = codegen.lower
+
+    def broken_lower(program, backend="torch"):
+        kernel = real_lower(program, backend=backend)
+
+        class Wrong:
+            input_names = kernel.input_names
+            source = kernel.source
+
+            def __call__(self, *args):
+                return kernel(*args) + 1.0
+
+        return Wrong()
+
+    monkeypatch.setattr(codegen, "lower", broken_lower)
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    a, b, c = chain_args(128, 256, 4)
+    out = f(a, b, c)
+    assert torch.allclose(out, (a @ b) @ c, rtol=1e-4, atol=1e-3)
+    report = f.explain(a, b, c).compiled.regions[0]
+    assert "does not match" in report.decision
+
+
+def test_explain_names_capture_rule_chain_and_costs():
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    text = str(f.explain(*chain_args(128, 256, 4)))
+    assert "captured expression" in text
+    assert "rule chain" in text
+    assert "chosen program" in text
+    assert "estimated cost" in text
+
+
+def test_neighbouring_operators_are_composed_into_one_expression():
+    f = ollie.optimize(lambda x, w: (x @ w).sum(0))
+    x, w = torch.randn(256, 128), torch.randn(128, 64)
+    out = f(x, w)
+    assert torch.allclose(out, (x @ w).sum(0), rtol=1e-3, atol=1e-2)
+    regions = f.explain(x, w).compiled.regions
+    assert len(regions) == 1 and len(regions[0].ops) == 2
+
+
+def test_conv_function_returns_eager_numbers():
+    f = ollie.optimize(lambda x, w: F.relu(F.conv2d(x, w, padding=1)))
+    x, w = torch.randn(1, 8, 12, 12), torch.randn(16, 8, 3, 3)
+    ref = F.relu(F.conv2d(x, w, padding=1))
+    assert torch.allclose(f(x, w), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_inputs_requiring_grad_run_eagerly():
+    f = ollie.optimize(lambda a, b: a @ b)
+    a = torch.randn(4, 4, requires_grad=True)
+    with pytest.warns(ollie.OllieWarning, match="require grad"):
+        out = f(a, torch.randn(4, 4))
+    out.sum().backward()
+    assert a.grad is not None
+
+
+def test_bad_options_are_rejected_at_decoration():
+    with pytest.raises(ValueError, match="unknown backend"):
+        ollie.optimize(backend="cuda-magic")
+    with pytest.raises(ValueError, match="positive"):
+        ollie.optimize(budget_s=0)
+
+
+def test_module_level_explain_accepts_plain_functions():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ollie.OllieWarning)
+        text = str(ollie.explain(lambda a, b, c: (a @ b) @ c, *chain_args(64, 32, 4)))
+    assert "region" in text
