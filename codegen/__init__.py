@@ -1,0 +1,30 @@
+"""Lowering ``ir`` scopes to runnable code: ``codegen.lower(scope) -> Kernel``.
+
+Each backend is a sibling module with a ``lower(scope) -> Kernel`` function, imported on
+first use: ``torch`` (vectorised torch calls, CPU or GPU) now; ``triton`` slots in beside it.
+``codegen`` imports only ``ir``, torch and triton -- never ``derivations`` or ``ollie``.
+"""
+from __future__ import annotations
+
+import importlib
+
+from codegen.kernel import Kernel
+from ir.check import check
+from ir.nodes import Scope
+
+BACKENDS = {"torch": "codegen.torch_backend"}
+
+__all__ = ["BACKENDS", "Kernel", "lower"]
+
+
+def lower(scope: Scope, backend: str = "torch") -> Kernel:
+    """Compile ``scope`` with ``backend``; call the result with input tensors.
+
+    Raises ``ir.errors.IRError`` naming the statement if ``scope`` is not a valid expression.
+    """
+    if not isinstance(scope, Scope):
+        raise TypeError(f"codegen.lower takes an ir.Scope, got {type(scope).__name__}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown codegen backend {backend!r}; available: {sorted(BACKENDS)}")
+    check(scope)
+    return importlib.import_module(BACKENDS[backend]).lower(scope)
