@@ -16,7 +16,7 @@ import codegen
 import ir
 from derivations import Budget, derive
 from ollie import cost as cost_model
-from ollie.plan import max_relative_error, median_time, run_node, tolerance
+from ollie.plan import max_relative_error, median_times, run_node, tolerance
 
 
 @dataclass
@@ -107,15 +107,14 @@ def compile_region(region, reference: dict, options) -> RegionReport:
         return report
     if options.measure:
         env = dict(reference)
-        members = [m for m in region.members]
+        members = list(region.members)
 
         def eager_region():
             for m in members:
                 env[m] = run_node(None, m, env)
 
         with torch.no_grad():
-            report.eager_s = median_time(eager_region)
-            report.ollie_s = median_time(lambda: kernel(*inputs))
+            report.eager_s, report.ollie_s = median_times([eager_region, lambda: kernel(*inputs)])
         if report.ollie_s >= report.eager_s:
             report.decision = "eager: the derived program measured no faster than eager"
             return report

@@ -49,7 +49,8 @@ OPERATORS = {
     "permute": ops.permute, torch.reshape: ops.reshape, "reshape": ops.reshape,
     "view": ops.reshape, torch.flatten: ops.flatten, "flatten": ops.flatten,
     torch.squeeze: ops.squeeze, "squeeze": ops.squeeze, torch.unsqueeze: ops.unsqueeze,
-    "unsqueeze": ops.unsqueeze, "unfold": ops.unfold,
+    "unsqueeze": ops.unsqueeze, "unfold": ops.unfold, F.pad: ops.pad,
+    torch.cat: ops.cat, torch.stack: ops.stack, "expand": ops.expand,
 }
 
 FLOATING = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",

@@ -100,15 +100,22 @@ def max_relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / scale if diff == diff else float("inf")  # NaN counts as a failure
 
 
-def median_time(fn: Callable[[], Any], budget_s: float = 0.5, min_runs: int = 3,
-                max_runs: int = 50) -> float:
-    """Median seconds of ``fn()`` after one warm-up run, within about ``budget_s``."""
-    fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < max_runs and (len(times) < min_runs
-                                     or time.perf_counter() - start < budget_s):
-        t0 = time.perf_counter()
+def median_times(fns: list[Callable[[], Any]], budget_s: float = 0.5, min_rounds: int = 5,
+                 max_rounds: int = 100) -> list[float]:
+    """Median seconds of each function, timed in interleaved rounds after a warm-up.
+
+    Interleaving makes every function see the same background load, so their ratio is
+    meaningful on a noisy shared machine even when absolute times are not.
+    """
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times: list[list[float]] = [[] for _ in fns]
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < budget_s):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        rounds += 1
+    return [statistics.median(ts) for ts in times]

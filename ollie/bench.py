@@ -1,0 +1,235 @@
+"""``ollie bench``: eager torch vs torch.compile vs Ollie, side by side in one process.
+
+For each case: build the three callables, warm each up (torch.compile compiles and Ollie
+derives here; neither is timed), check the outputs against eager, then time the three in
+interleaved rounds so that they see the same machine state, and report medians and ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+from typing import Callable
+
+import torch
+
+from ollie.bench_suite import BY_NAME, CASES, Case
+from ollie.derive_cli import UsageError
+
+MIN_SAMPLE_S = 5e-3  # calls per timing sample are batched until one sample takes this long
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print a JSON list of results")
+    p.add_argument("--repeat", type=int, default=15, help="timed rounds per case (median)")
+    p.add_argument("--cases", type=_case_list, default=None, metavar="NAME,...",
+                   help="run only these cases: " + ", ".join(c.name for c in CASES))
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply the problem sizes by this factor (e.g. 0.1 for a quick run)")
+    p.add_argument("--budget-s", type=float, default=2.0, help="Ollie's derivation budget")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+
+
+def _case_list(text: str) -> list[Case]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown case(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(BY_NAME)}")
+    return [BY_NAME[n] for n in names]
+
+
+def max_relative_error(out, ref) -> float:
+    """max |out - ref| / max(1, max |ref|) (inf for a shape mismatch or NaN)."""
+    if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
+        return float("inf")
+    if ref.numel() == 0:
+        return 0.0
+    diff = (out.double() - ref.double()).abs().max().item()
+    scale = max(1.0, ref.double().abs().max().item())
+    return diff / scale if diff == diff else float("inf")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:120]
+
+
+def _ollie_plan(optimized, args) -> str:
+    """'2/3 regions adopted' from the explanation, or why it ran eagerly."""
+    try:
+        compiled = optimized.explain(*args).compiled
+    except Exception as e:  # explain is best-effort here: the timing already ran
+        return f"explain failed: {_first_line(e)}"
+    if getattr(compiled, "fallback", None):
+        return f"eager: {compiled.fallback}"
+    regions = getattr(compiled, "regions", [])
+    adopted = sum(getattr(r, "decision", "") == "adopted" for r in regions)
+    return f"{adopted}/{len(regions)} regions adopted"
+
+
+def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Median seconds per call of each fn, timed in interleaved rounds."""
+    number = {}
+    for name, fn in fns.items():  # calibrate: calls per sample so a sample is >= MIN_SAMPLE_S
+        t0 = time.perf_counter()
+        fn()
+        one = time.perf_counter() - t0
+        number[name] = max(1, min(1000, int(MIN_SAMPLE_S / max(one, 1e-7)) + 1))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    with torch.no_grad():
+        for _ in range(repeat):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                for _ in range(number[name]):
+                    fn()
+                samples[name].append((time.perf_counter() - t0) / number[name])
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def run_case(case: Case, scale: float, repeat: int, budget_s: float, use_compile: bool) -> dict:
+    import ollie
+
+    fn, args = case.make(scale)
+    row = {"case": case.name, "description": case.description,
+           "shapes": [list(a.shape) for a in args]}
+    with torch.no_grad():
+        expected = fn(*args)
+    variants: dict[str, Callable] = {"eager": lambda: fn(*args)}
+
+    if use_compile:
+        t0 = time.perf_counter()
+        try:
+            compiled = torch.compile(fn)
+            with torch.no_grad():
+                out = compiled(*args)
+            row["compile_error"] = max_relative_error(out, expected)
+            variants["compile"] = lambda: compiled(*args)
+            row["compile_note"] = ""
+        except Exception as e:  # compile failing is a result, not a crash
+            row["compile_note"] = f"failed: {_first_line(e)}"
+        row["compile_warmup_s"] = round(time.perf_counter() - t0, 3)
+    else:
+        row["compile_note"] = "skipped"
+
+    optimized = ollie.optimize(fn, budget_s=budget_s)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            out = optimized(*args)
+    row["ollie_warmup_s"] = round(time.perf_counter() - t0, 3)
+    row["max_rel_error"] = max_relative_error(out, expected)
+    row["match"] = row["max_rel_error"] <= 1e-4
+    row["ollie_plan"] = _ollie_plan(optimized, args)
+    row["ollie_warnings"] = [str(w.message).splitlines()[0] for w in caught]
+    variants["ollie"] = lambda: optimized(*args)
+
+    times = time_side_by_side(variants, repeat)
+    row["eager_ms"] = times["eager"] * 1e3
+    row["compile_ms"] = times["compile"] * 1e3 if "compile" in times else None
+    row["ollie_ms"] = times["ollie"] * 1e3
+    row["eager_over_ollie"] = times["eager"] / times["ollie"]
+    row["compile_over_ollie"] = (times["compile"] / times["ollie"]) if "compile" in times else None
+    return row
+
+
+def _finite(value):
+    """JSON has no infinity or NaN: write those floats as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _load_warning() -> str | None:
+    """A caption when other processes compete for the cores the timings ran on."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return None
+    if load <= cores:
+        return None
+    return f"load average {load:.1f} on {cores} cores: other processes compete, timings are noisy"
+
+
+def _ms(v) -> str:
+    return "—" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
+
+
+def _ratio(v) -> str:
+    return "—" if v is None else f"{v:.2f}×"
+
+
+def table(rows: list[dict], scale: float):
+    from rich.table import Table
+
+    t = Table(title=f"ollie bench (CPU, {torch.get_num_threads()} threads, scale {scale:g}; "
+                    "median ms per call)", caption=_load_warning())
+    for col, justify in (("case", "left"), ("eager ms", "right"), ("compile ms", "right"),
+                         ("ollie ms", "right"), ("eager/ollie", "right"),
+                         ("compile/ollie", "right"), ("max rel err", "right"), ("match", "center"),
+                         ("ollie plan", "left")):
+        t.add_column(col, justify=justify)
+    for r in rows:
+        if "error" in r:
+            t.add_row(r["case"], "—", "—", "—", "—", "—", "—", "[red]✗[/]",
+                      f"[red]{r['error']}[/]")
+            continue
+        compile_ms = _ms(r["compile_ms"]) if r["compile_ms"] is not None else r["compile_note"]
+        t.add_row(r["case"], _ms(r["eager_ms"]), compile_ms, _ms(r["ollie_ms"]),
+                  _ratio(r["eager_over_ollie"]), _ratio(r["compile_over_ollie"]),
+                  f"{r['max_rel_error']:.1e}", "[green]✓[/]" if r["match"] else "[red]✗[/]",
+                  r["ollie_plan"])
+    return t
+
+
+def _one_compile_worker() -> None:
+    """torch.compile's pool of compile workers starts in the background and, on a machine with
+    few cores, steals CPU from the timings that follow; compile in-process unless told."""
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+        import torch._inductor.config as inductor_config
+        inductor_config.compile_threads = 1
+
+
+def run(args, out=None) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out = out or sys.stdout
+    if args.repeat < 1 or args.scale <= 0:
+        raise UsageError("--repeat and --scale must be positive")
+    cases = args.cases or CASES
+    if not args.no_compile:
+        _one_compile_worker()
+    rows = []
+    err_console = Console(file=sys.stderr)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+                  "{task.total}"), TimeElapsedColumn(), console=err_console,
+                  transient=True) as progress:
+        task = progress.add_task("bench", total=len(cases))
+        for case in cases:
+            progress.update(task, description=f"bench: {case.name}")
+            try:
+                rows.append(run_case(case, args.scale, args.repeat, args.budget_s,
+                                     not args.no_compile))
+            except Exception as e:  # one broken case must not hide the others' results
+                rows.append({"case": case.name, "description": case.description,
+                             "error": _first_line(e)})
+            progress.advance(task)
+    if args.json:
+        print(json.dumps(_finite(rows), indent=2, default=str), file=out)
+    else:
+        console = Console(file=out, width=None if out.isatty() else 160)
+        console.print(table(rows, args.scale))
+    return 0 if all(r.get("match") for r in rows) else 1

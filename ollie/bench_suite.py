@@ -1,0 +1,123 @@
+"""The built-in benchmark cases: ordinary PyTorch functions where the algebra matters.
+
+Each case makes its function and inputs at a size ``scale`` (1.0: the sizes below; tests use a
+small scale). Sizes are chosen so that the whole suite, torch.compile's compile time
+included, runs in a few minutes on two CPU cores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    description: str
+    make: Callable[[float], tuple[Callable, tuple]]  # scale -> (function, inputs)
+
+
+def _dim(n: int, scale: float, least: int = 1) -> int:
+    return max(least, round(n * scale))
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+def _inputs(*shapes) -> tuple[torch.Tensor, ...]:
+    return tuple(_randn(*s, seed=k) for k, s in enumerate(shapes))
+
+
+# -- the functions (module level, so torch.fx and torch.compile see plain code) -------------
+def matmul_chain(a, b, c):
+    return (a @ b) @ c
+
+
+def einsum4(a, b, c, d):
+    return torch.einsum("ij,jk,kl,lm->im", a, b, c, d)
+
+
+def longformer_qk(q, k, w: int):
+    # Each query position i against key positions i-w .. i+w: pad, take windows, contract.
+    windows = F.pad(k, (0, 0, w, w)).unfold(1, 2 * w + 1, 1)  # (heads, seq, d, 2w+1)
+    return torch.einsum("hsd,hsdw->hsw", q, windows)
+
+
+def matmul_sum(x, w):
+    return (x @ w).sum(0)
+
+
+def attention(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+
+
+def conv3x3(x, w):
+    return F.conv2d(x, w, padding=1)
+
+
+def conv_transpose(x, w):
+    return F.conv_transpose2d(x, w, stride=2, padding=1)
+
+
+def dilated_conv(x, w):
+    return F.conv2d(x, w, padding=2, dilation=2)
+
+
+# -- sizes ------------------------------------------------------------------------------------
+def _matmul_chain(s):
+    return matmul_chain, _inputs((_dim(512, s), _dim(1024, s)), (_dim(1024, s), _dim(1024, s)),
+                                 (_dim(1024, s), _dim(16, s)))
+
+
+def _einsum4(s):
+    i, j, m = _dim(256, s), _dim(512, s), _dim(8, s)
+    return einsum4, _inputs((i, j), (j, j), (j, j), (j, m))
+
+
+def _longformer(s):
+    heads, seq, d, w = _dim(4, s), _dim(512, s, 8), _dim(64, s), _dim(32, s)
+    q, k = _inputs((heads, seq, d), (heads, seq, d))
+    return (lambda q, k: longformer_qk(q, k, w)), (q, k)
+
+
+def _matmul_sum(s):
+    return matmul_sum, _inputs((_dim(2048, s), _dim(512, s)), (_dim(512, s), _dim(512, s)))
+
+
+def _attention(s):
+    shape = (_dim(4, s), _dim(256, s), _dim(64, s))
+    return attention, _inputs(shape, shape, shape)
+
+
+def _conv3x3(s):
+    c, hw = _dim(64, s), _dim(56, s, 3)
+    return conv3x3, _inputs((1, c, hw, hw), (c, c, 3, 3))
+
+
+def _conv_transpose(s):
+    c, hw = _dim(64, s), _dim(28, s, 2)
+    return conv_transpose, _inputs((1, c, hw, hw), (c, _dim(32, s), 4, 4))
+
+
+def _dilated(s):
+    c, hw = _dim(32, s), _dim(56, s, 5)
+    return dilated_conv, _inputs((1, c, hw, hw), (c, c, 3, 3))
+
+
+CASES = [
+    Case("matmul_chain", "(a @ b) @ c, thin last factor", _matmul_chain),
+    Case("einsum4", "einsum ij,jk,kl,lm->im, skewed sizes", _einsum4),
+    Case("longformer_qk", "banded Q·Kᵀ via pad + unfold + einsum", _longformer),
+    Case("matmul_sum", "(x @ w).sum(0)", _matmul_sum),
+    Case("attention", "softmax(q @ kᵀ) @ v", _attention),
+    Case("conv3x3", "conv2d 3×3, padding 1", _conv3x3),
+    Case("conv_transpose", "conv_transpose2d 4×4, stride 2", _conv_transpose),
+    Case("dilated_conv", "conv2d 3×3, dilation 2", _dilated),
+]
+
+BY_NAME = {c.name: c for c in CASES}

@@ -1,0 +1,243 @@
+"""Build an ``ir`` expression from a PyTorch expression written as text.
+
+``build("F.conv_transpose2d(x, w, stride=2, padding=1)", {"x": (1, 8, 7, 7), ...})`` evaluates
+the text with each declared name bound to an ``ir.Tensor`` and ``F`` / ``torch`` bound to a
+small namespace that maps torch function names onto the operator library (``ir.ops``). The
+text is *not* handed to Python's ``eval``: a small interpreter walks its syntax tree and
+accepts only names, numbers, strings, tuples and lists, the arithmetic operators, calls of
+known functions and methods, and keyword arguments. Anything else is a clear error with a
+caret under the offending column.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Mapping
+
+import ir
+from ir import ops
+
+
+class TorchExprError(ValueError):
+    """Text that is not a supported torch expression; ``str()`` has a caret line."""
+
+    def __init__(self, message: str, source: str = "", column: int | None = None):
+        self.message = message
+        text = message
+        if source and column is not None:
+            text += f"\n  {source}\n  {' ' * column}^"
+        super().__init__(text)
+
+
+# Functions reachable as F.name / torch.name (and bare name). Each mirrors torch's signature.
+FUNCTIONS = {name: getattr(ops, name) for name in (
+    "matmul", "mm", "bmm", "mv", "dot", "linear", "einsum",
+    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "g2bmm", "gbmm",
+    "add", "sub", "mul", "div", "maximum", "minimum",
+    "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "neg", "reciprocal",
+    "sum", "mean", "amax", "amin", "softmax", "log_softmax",
+    "transpose", "permute", "reshape", "flatten", "squeeze", "unsqueeze", "pad", "cat",
+    "stack",
+)}
+
+# Tensor methods: x.name(*args) calls FUNCTIONS-like builders with x as the first argument.
+METHODS = {name: getattr(ops, name) for name in (
+    "matmul", "mm", "bmm", "mv", "dot", "add", "sub", "mul", "div", "maximum", "minimum",
+    "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "neg", "reciprocal",
+    "sum", "mean", "amax", "amin", "softmax", "log_softmax",
+    "transpose", "permute", "reshape", "view", "flatten", "squeeze", "unsqueeze", "unfold",
+    "expand",
+)}
+METHODS["t"] = lambda x: ops.transpose(x, 0, 1)
+
+BINARY = {ast.MatMult: ops.matmul, ast.Add: ops.add, ast.Sub: ops.sub, ast.Mult: ops.mul,
+          ast.Div: ops.div}
+
+
+class Namespace:
+    """``F`` / ``torch``: attribute access looks a function up in ``table``."""
+
+    def __init__(self, name: str, table: dict, children: dict | None = None):
+        self.name, self.table, self.children = name, table, children or {}
+
+
+class Value:
+    """A tensor-valued intermediate: wraps an ``ir.Tensor`` or ``ir.Scope``."""
+
+    def __init__(self, node):
+        self.node = node
+
+    @property
+    def shape(self):
+        return tuple(self.node.shape)
+
+
+def _namespaces() -> dict[str, Namespace]:
+    functional = Namespace("torch.nn.functional", FUNCTIONS)
+    nn = Namespace("torch.nn", {}, {"functional": functional})
+    return {"F": functional, "torch": Namespace("torch", FUNCTIONS, {"nn": nn})}
+
+
+class _Evaluator:
+    def __init__(self, source: str, names: Mapping[str, object]):
+        self.source = source
+        self.names = dict(_namespaces())
+        for name, t in names.items():
+            self.names[name] = Value(t)
+
+    def error(self, message: str, node: ast.AST | None = None) -> TorchExprError:
+        return TorchExprError(message, self.source, self.column(node))
+
+    def column(self, node: ast.AST | None) -> int | None:
+        """Where the caret goes: an attribute's name, a binary operator's symbol."""
+        if isinstance(node, ast.Attribute) and node.end_col_offset is not None:
+            return node.end_col_offset - len(node.attr)
+        if isinstance(node, ast.BinOp) and node.left.end_col_offset is not None:
+            gap = self.source[node.left.end_col_offset:node.right.col_offset]
+            stripped = len(gap) - len(gap.lstrip(" ("))
+            return node.left.end_col_offset + stripped
+        return getattr(node, "col_offset", None)
+
+    def eval(self, node: ast.AST):
+        method = getattr(self, "_" + type(node).__name__, None)
+        if method is None:
+            raise self.error(f"{type(node).__name__} syntax is not supported in a torch "
+                             "expression (use names, numbers, operators and calls)", node)
+        return method(node)
+
+    # -- leaves --------------------------------------------------------------------------
+    def _Constant(self, node: ast.Constant):
+        if node.value is Ellipsis or isinstance(node.value, (int, float, str, bool, type(None))):
+            return node.value
+        raise self.error(f"unsupported constant {node.value!r}", node)
+
+    def _Name(self, node: ast.Name):
+        if node.id in self.names:
+            return self.names[node.id]
+        if node.id in FUNCTIONS:
+            return FUNCTIONS[node.id]
+        declared = ", ".join(n for n in self.names if n not in ("F", "torch")) or "none"
+        raise self.error(f"unknown name {node.id!r} (declared tensors: {declared})", node)
+
+    def _Tuple(self, node: ast.Tuple):
+        return tuple(self.eval(e) for e in node.elts)
+
+    def _List(self, node: ast.List):
+        return [self.eval(e) for e in node.elts]
+
+    # -- operators -----------------------------------------------------------------------
+    def _UnaryOp(self, node: ast.UnaryOp):
+        x = self.eval(node.operand)
+        if isinstance(node.op, ast.USub):
+            return Value(ops.neg(x.node)) if isinstance(x, Value) else self._number(x, node) * -1
+        if isinstance(node.op, ast.UAdd):
+            return x
+        raise self.error(f"unsupported unary operator {type(node.op).__name__}", node)
+
+    def _number(self, x, node):
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return x
+        raise self.error(f"expected a number, got {type(x).__name__}", node)
+
+    def _BinOp(self, node: ast.BinOp):
+        a, b = self.eval(node.left), self.eval(node.right)
+        if not isinstance(a, Value) and not isinstance(b, Value):  # plain arithmetic: 2*w+1
+            a, b = self._number(a, node.left), self._number(b, node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            if isinstance(node.op, ast.FloorDiv) and b:
+                return a // b
+            raise self.error(f"unsupported arithmetic {ast.unparse(node)}", node)
+        fn = BINARY.get(type(node.op))
+        if fn is None:
+            raise self.error(f"unsupported operator {type(node.op).__name__}", node)
+        return self._apply(fn, [a, b], {}, node, f"operator {type(node.op).__name__}")
+
+    # -- calls ---------------------------------------------------------------------------
+    def _Attribute(self, node: ast.Attribute):
+        if node.attr.startswith("_"):
+            raise self.error(f"attribute {node.attr!r} is not allowed", node)
+        owner = self.eval(node.value)
+        if isinstance(owner, Namespace):
+            if node.attr in owner.children:
+                return owner.children[node.attr]
+            if node.attr in owner.table:
+                return owner.table[node.attr]
+            known = ", ".join(sorted(owner.table)) or ", ".join(sorted(owner.children))
+            raise self.error(f"unknown function {ast.unparse(node)} (supported: {known})", node)
+        if isinstance(owner, Value):
+            if node.attr == "T":
+                return Value(ops.permute(owner.node, *reversed(range(len(owner.shape)))))
+            if node.attr in METHODS:
+                return _BoundMethod(owner, METHODS[node.attr], node.attr)
+            raise self.error(f"unknown tensor method .{node.attr} (supported: "
+                             f"{', '.join(sorted(METHODS))})", node)
+        raise self.error(f"{type(owner).__name__} has no attribute {node.attr!r}", node)
+
+    def _Call(self, node: ast.Call):
+        fn = self.eval(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                raise self.error("*args is not supported", a)
+            args.append(self.eval(a))
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise self.error("**kwargs is not supported", kw.value)
+            kwargs[kw.arg] = self.eval(kw.value)
+        name = ast.unparse(node.func)
+        if isinstance(fn, _BoundMethod):
+            return self._apply(fn.fn, [fn.owner] + args, kwargs, node, f".{fn.name}")
+        if callable(fn) and not isinstance(fn, (Value, Namespace)):
+            return self._apply(fn, args, kwargs, node, name)
+        raise self.error(f"{name} is not a function", node)
+
+    def _apply(self, fn, args, kwargs, node, what: str):
+        raw_args = [_unwrap(a) for a in args]
+        raw_kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+        try:
+            result = fn(*raw_args, **raw_kwargs)
+        except ops.OpError as e:
+            raise self.error(str(e), node) from None
+        except TypeError as e:
+            raise self.error(f"{what}: {e}", node) from None
+        return Value(result) if isinstance(result, (ir.Tensor, ir.Scope)) else result
+
+
+class _BoundMethod:
+    def __init__(self, owner: Value, fn, name: str):
+        self.owner, self.fn, self.name = owner, fn, name
+
+
+def _unwrap(x):
+    if isinstance(x, Value):
+        return x.node
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(v) for v in x)
+    return x
+
+
+def build(source: str, tensors: Mapping[str, object]) -> ir.Scope:
+    """The ``ir.Scope`` computed by torch expression ``source`` over ``tensors``.
+
+    ``tensors`` maps a name to an ``ir.Tensor`` or a shape tuple.
+    """
+    bound = {n: t if isinstance(t, ir.Tensor) else ir.Tensor(n, tuple(int(d) for d in t))
+             for n, t in tensors.items()}
+    text = source.strip()
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        raise TorchExprError(f"invalid syntax: {e.msg}", text, max((e.offset or 1) - 1, 0)) \
+            from None
+    value = _Evaluator(text, bound).eval(tree.body)
+    if isinstance(value, Value) and isinstance(value.node, ir.Scope):
+        return value.node
+    if isinstance(value, Value):
+        raise TorchExprError(f"the expression is just the input tensor {value.node.name!r}; "
+                             "apply an operation to it")
+    raise TorchExprError(f"the expression evaluates to {type(value).__name__}, not a tensor")

@@ -1,0 +1,44 @@
+"""``ollie bench`` on tiny cases: the columns are there and Ollie's outputs match eager."""
+import json
+
+import pytest
+
+from ollie import cli
+from ollie.bench_suite import CASES
+
+
+def test_every_case_runs_eagerly_at_a_small_scale():
+    for case in CASES:
+        fn, args = case.make(0.05)
+        assert fn(*args).numel() > 0, case.name
+
+
+def test_bench_json_rows(capsys, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # so bench leaves the env alone
+    code = cli.main(["bench", "--json", "--cases", "matmul_sum", "--scale", "0.05",
+                     "--repeat", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (row,) = json.loads(out)
+    for key in ("case", "eager_ms", "compile_ms", "ollie_ms", "eager_over_ollie",
+                "compile_over_ollie", "max_rel_error", "match", "ollie_plan"):
+        assert key in row
+    assert row["case"] == "matmul_sum" and row["match"] is True
+    assert row["compile_ms"] is not None or row["compile_note"].startswith("failed")
+
+
+def test_bench_table(capsys):
+    code = cli.main(["bench", "--cases", "matmul_chain,attention", "--scale", "0.05",
+                     "--repeat", "2", "--no-compile"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    for column in ("case", "eager ms", "compile ms", "ollie ms", "eager/ollie",
+                   "compile/ollie", "max rel err", "match"):
+        assert column in out
+    assert "matmul_chain" in out and "attention" in out and "skipped" in out
+    assert "✗" not in out
+
+
+@pytest.mark.parametrize("argv", [["--repeat", "0"], ["--scale", "-1"]])
+def test_bench_rejects_bad_numbers(capsys, argv):
+    assert cli.main(["bench", "--cases", "matmul_sum", *argv]) == 2
