@@ -4,8 +4,12 @@ One statement block per sub-scope (dependencies first), each under a comment wit
 statement it computes; nested scopes live in local variables, computed once. A block is
 one of these forms (``Kernel.forms`` lists them):
 
-- ``mm`` / ``bmm`` / ``matmul`` / ``mv`` / ``dot``: a sum of a product of two reads that is a
-  matrix product (``codegen.products``), operands transposed or permuted as views;
+- a library operator the ``ir.patterns`` matchers recognise (``codegen.instantiate``):
+  ``conv1d`` / ``conv2d``, ``g2bmm`` / ``gbmm`` (banded, never dense), ``softmax`` /
+  ``log_softmax`` (a whole max/exp/sum/divide chain), and the matmul family ``mm`` / ``bmm``
+  / ``matmul`` / ``mv`` / ``dot`` (operands permuted, dims of one role flattened);
+- ``mm`` / ``bmm`` / ``matmul`` / ``mv`` / ``dot`` also for a product of two reads the matcher
+  leaves (padded or strided views), through ``codegen.products``;
 - ``einsum``: any other sum of products (factors may be strided views, gathers or
   elementwise sub-expressions); constant factors and summation iterators no factor uses
   become a scalar multiply;
@@ -25,6 +29,7 @@ import re
 
 import numpy as np
 
+from codegen.instantiate import instantiate, softmax_call, softmax_chains
 from codegen.kernel import Kernel
 from codegen.products import einsum_spec, plan_matmul
 from codegen.torch_expr import (
@@ -36,7 +41,8 @@ from ir.printer import statement_text
 
 CHUNK_LIMIT = 1 << 26  # elements of the largest temporary a reduction may materialise
 REDUCE = {Reduce.SUM: "sum", Reduce.MAX: "amax", Reduce.MIN: "amin"}
-RESERVED = {"torch", "F", "ix", "kernel", "_INDEX"} | set(keyword.kwlist) | set(dir(builtins))
+RESERVED = {"torch", "F", "banded", "ix", "kernel", "_INDEX"} | set(keyword.kwlist) | \
+    set(dir(builtins))
 
 
 def lower(scope: Scope) -> Kernel:
@@ -95,6 +101,7 @@ class KernelWriter:
         self.taken: set[str] = set(RESERVED)
         self.index_arrays: dict[str, np.ndarray] = {}
         self.forms: list[str] = []
+        self.imports: set[str] = set()  # extra imports of the generated module
         tensors = input_tensors(root)
         self.input_names = tuple(sorted(tensors))
         self.params = {n: self.fresh(n) for n in self.input_names}
@@ -106,7 +113,11 @@ class KernelWriter:
         # input or scope), ".contiguous()" (expanded: several positions share an element)
         self.on_return: dict[str, str] = {}
         body: list[str] = []
-        for s in sub_scopes(root):
+        scopes = sub_scopes(root)
+        self.softmax, fused = softmax_chains(scopes)
+        for s in scopes:
+            if s in fused:
+                continue  # computed inside its softmax chain's library call
             if s in self.scope_names:
                 self.scope_vars[id(s)] = self.scope_names[s]
                 continue
@@ -124,8 +135,8 @@ class KernelWriter:
         if self.index_arrays:
             device = f"{self.ref}.device" if self.ref else "'cpu'"
             head.append(f"    ix = _INDEX[{device}]  # index tensors, built once per device")
-        self.source = "\n".join(["import torch", "import torch.nn.functional as F", "", ""]
-                                + head + body + [f"    return {result}", ""])
+        imports = ["import torch", "import torch.nn.functional as F"] + sorted(self.imports)
+        self.source = "\n".join(imports + ["", ""] + head + body + [f"    return {result}", ""])
         self.forms = tuple(self.forms)
 
     # -- services for BodyEmitter --------------------------------------------------------------
@@ -173,6 +184,17 @@ class KernelWriter:
         if any(it.extent == 0 for it in s.traversal + s.summation):
             self.forms.append("empty")
             return _indent(lines + [f"{var} = {self.new(s.shape)}"])
+        if s in self.softmax:
+            m = self.softmax[s]
+            lines[0] = f"# {var} = {m.kind} along dim {m.dim}: the max, exp, sum chain fused  " \
+                       f"-- shape {s.shape}"
+            self.forms.append(m.kind)
+            return _indent(lines + [f"{var} = {softmax_call(self, m)}"])
+        library = instantiate(self, s, var)
+        if library is not None:
+            code, form = library
+            self.forms.append(form)
+            return _indent(lines + code)
         chunk = plan_chunk(s)
         if chunk is not None:
             name, size = chunk

@@ -45,10 +45,24 @@ def test_contractions_pick_the_library_call(build, form, call):
     assert call in kernel.source
 
 
-def test_conv_window_is_a_strided_view_into_einsum():
+def test_conv_lowers_to_the_library_conv():
     kernel = check_lowering(ops.conv2d(T("x", 1, 3, 8, 8), T("w", 4, 3, 3, 3), padding=1))
+    assert kernel.forms == ("conv2d",)
+    assert "F.conv2d(x, w, padding=1)" in kernel.source
+
+
+def test_a_window_sum_no_library_op_matches_is_a_strided_view_into_einsum():
+    # a 3-D window (no conv3d form): the generic path reads it as a view, no gathers
+    n, f, c = (iterator_symbol(v) for v in "nfc")
+    h, w, d, r, s, t = (iterator_symbol(v) for v in "hwdrst")
+    x, wt = T("x", 1, 2, 6, 6, 6), T("wt", 3, 2, 3, 3, 3)
+    scope = Scope((Iter("n", 0, 1), Iter("f", 0, 3), Iter("h", 0, 6), Iter("w", 0, 6),
+                   Iter("d", 0, 6)),
+                  (Iter("c", 0, 2), Iter("r", 0, 3), Iter("s", 0, 3), Iter("t", 0, 3)),
+                  x[n, c, h + r - 1, w + s - 1, d + t - 1] * wt[f, c, r, s, t])
+    kernel = check_lowering(scope)
     assert kernel.forms == ("einsum",)
-    assert "F.pad(x, (1, 1, 1, 1))" in kernel.source and "as_strided" in kernel.source
+    assert "F.pad(x, (1, 1, 1, 1, 1, 1))" in kernel.source and "as_strided" in kernel.source
     assert "ix." not in kernel.source
 
 

@@ -20,6 +20,7 @@ KERNELS = {
     "conv2d_bias_relu": lambda: ops.relu(ops.conv2d(Tensor("x", (1, 3, 6, 6)),
                                                     Tensor("w", (4, 3, 3, 3)),
                                                     Tensor("b", (4,)), padding=1)),
+    "g2bmm_dilated": lambda: ops.g2bmm(Tensor("q", (2, 16, 4)), Tensor("k", (2, 16, 4)), 2, 3),
     "gather_reshape": lambda: ops.reshape(ops.conv_transpose2d(
         Tensor("x", (1, 2, 3, 3)), Tensor("w", (2, 2, 2, 2)), stride=2), 2, 36),
 }
