@@ -1,0 +1,274 @@
+"""Real measurement: time a callable, check candidates against a reference, keep the data.
+
+``measure(fn, *args)`` runs ``fn`` a few times to warm up, then repeatedly, and reports the
+median, minimum and inter-quartile range in seconds. On CUDA tensors each run is bracketed by
+CUDA events and the device is synchronised before reading them; on CPU ``perf_counter``
+brackets each run. A time cap bounds what one candidate may cost: runs stop once the cap is
+spent (at least one timed run always happens).
+
+``measure_candidates(candidates, inputs, reference, cap)`` runs each candidate once on the
+same inputs, compares its output with the reference (max relative error), and times only
+those that match; a mismatching or failing candidate is marked wrong and never chosen.
+Every timing of a program can be appended to the dataset the cost model learns from: one JSON
+line (features, measured seconds, device, versions, program text) in the cache folder.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from ollie import cache as cache_mod
+from ollie.plan import max_relative_error, tolerance
+
+
+@dataclass
+class Measurement:
+    median: float
+    min: float
+    iqr: float
+    runs: int
+    device: str
+    versions: dict = field(default_factory=dict)
+    capped: bool = False        # the time cap ended the runs before ``repeat``
+
+    def __str__(self) -> str:
+        return (f"{self.median * 1e3:.4g} ms median (min {self.min * 1e3:.4g} ms, IQR "
+                f"{self.iqr * 1e3:.3g} ms, {self.runs} runs{', capped' if self.capped else ''})"
+                f" on {self.device}")
+
+
+# -- devices -----------------------------------------------------------------------------------
+def _tensors(args) -> Iterable[torch.Tensor]:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tensors(a)
+
+
+def _cuda_device(args) -> torch.device | None:
+    for t in _tensors(args):
+        if t.is_cuda:
+            return t.device
+    return None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_string(device: torch.device | str | None = None) -> str:
+    """``cuda:NVIDIA H100 ...`` or ``cpu:<model> x<threads>`` (timings differ between them)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"cpu:{_cpu_name()} x{torch.get_num_threads()}"
+
+
+# -- timing ------------------------------------------------------------------------------------
+def measure(fn: Callable, *args, warmup: int = 2, repeat: int = 25,
+            time_cap_s: float = 1.0, min_runs: int = 3) -> Measurement:
+    """Time ``fn(*args)``: ``warmup`` untimed runs, then up to ``repeat`` timed runs, stopping
+    early once ``time_cap_s`` (warm-up included) is spent and ``min_runs`` are done -- or at
+    once after the first timed run if that alone exceeded the cap."""
+    cuda = _cuda_device(args)
+    start = time.perf_counter()
+    for _ in range(warmup):
+        fn(*args)
+        if time.perf_counter() - start > time_cap_s:
+            break
+    if cuda is not None:
+        torch.cuda.synchronize(cuda)
+    times: list[float] = []
+    capped = False
+    while len(times) < repeat:
+        if cuda is not None:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn(*args)
+            times.append(time.perf_counter() - t0)
+        spent = time.perf_counter() - start
+        if spent > time_cap_s and (len(times) >= min_runs or times[0] > time_cap_s):
+            capped = len(times) < repeat
+            break
+    return _summary(times, device_string(cuda), capped)
+
+
+def _summary(times: Sequence[float], device: str, capped: bool) -> Measurement:
+    ordered = sorted(times)
+    if len(ordered) >= 4:
+        q = statistics.quantiles(ordered, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = ordered[-1] - ordered[0]
+    return Measurement(median=statistics.median(ordered), min=ordered[0], iqr=iqr,
+                       runs=len(ordered), device=device, versions=cache_mod.current_versions(),
+                       capped=capped)
+
+
+# -- candidates --------------------------------------------------------------------------------
+@dataclass
+class CandidateResult:
+    index: int
+    candidate: Any
+    ok: bool
+    error: float                      # max relative error against the reference (inf: failed)
+    measurement: Measurement | None = None
+    reason: str = ""                  # why a candidate is wrong
+    kernel: Callable | None = None    # what was timed (the lowered program)
+
+    @property
+    def seconds(self) -> float:
+        return self.measurement.median if self.measurement else float("inf")
+
+
+def _call_args(candidate, inputs, backend: str = "torch") -> tuple[Callable, tuple]:
+    """(callable, positional args) for a candidate: a callable taking ``inputs`` as given,
+    an object with ``input_names`` (a kernel: ``inputs`` maps names to tensors) or with
+    ``.program`` (a derivations Candidate: lowered with codegen's ``backend``)."""
+    fn = candidate
+    if not callable(fn) and hasattr(fn, "program"):
+        import codegen
+        fn = codegen.lower(fn.program, backend=backend)
+    names = getattr(fn, "input_names", None)
+    if isinstance(inputs, dict):
+        if names is None:
+            raise TypeError("inputs given by name need candidates with input_names")
+        return fn, tuple(inputs[n] for n in names)
+    return fn, tuple(inputs)
+
+
+def measure_candidates(candidates: Sequence, inputs, reference, cap: float = 1.0, *,
+                       rtol: float | None = None, warmup: int = 2, repeat: int = 25,
+                       backend: str = "torch", record: bool = False,
+                       dataset: str | os.PathLike | None = None,
+                       labels: dict | None = None) -> list[CandidateResult]:
+    """Check each candidate against ``reference`` (a tensor, or a callable of the inputs)
+    on the same ``inputs``, then time the correct ones with ``cap`` seconds each.
+    Candidates with an IR ``.program`` are lowered with ``backend``; the callable that ran
+    is ``result.kernel``.
+
+    ``inputs`` is a sequence of tensors (passed positionally) or a dict by input name.
+    With ``record``, each timing of a candidate that has an IR program is appended to the
+    dataset (``dataset`` path, default the cache folder's), tagged with ``labels``.
+    """
+    if callable(reference) and not isinstance(reference, torch.Tensor):
+        ref_args = tuple(inputs.values()) if isinstance(inputs, dict) else tuple(inputs)
+        with torch.no_grad():
+            reference = reference(*ref_args)
+    tol = rtol if rtol is not None else tolerance(reference.dtype)
+    results = []
+    for i, cand in enumerate(candidates):
+        try:
+            fn, args = _call_args(cand, inputs, backend)
+            with torch.no_grad():
+                out = fn(*args)
+        except Exception as e:  # a broken candidate is reported, not raised
+            results.append(CandidateResult(i, cand, False, float("inf"),
+                                           reason=f"raised {type(e).__name__}: {e}"))
+            continue
+        if not isinstance(out, torch.Tensor):
+            results.append(CandidateResult(i, cand, False, float("inf"),
+                                           reason=f"returned {type(out).__name__}"))
+            continue
+        err = max_relative_error(out, reference)
+        if out.dtype != reference.dtype or not err <= tol:
+            results.append(CandidateResult(
+                i, cand, False, err,
+                reason=f"dtype {out.dtype} != {reference.dtype}"
+                if out.dtype != reference.dtype else f"mismatch: error {err:.2e} > {tol:.0e}"))
+            continue
+        with torch.no_grad():
+            m = measure(fn, *args, warmup=warmup, repeat=repeat, time_cap_s=cap)
+        results.append(CandidateResult(i, cand, True, err, m, kernel=fn))
+        program = getattr(cand, "program", None)
+        if record and program is not None:
+            append_record(make_record(program, m, labels), dataset)
+    return results
+
+
+def best(results: Sequence[CandidateResult]) -> CandidateResult | None:
+    """The fastest correct candidate (None if every one is wrong)."""
+    ok = [r for r in results if r.ok and r.measurement is not None]
+    return min(ok, key=lambda r: r.seconds) if ok else None
+
+
+# -- the dataset -------------------------------------------------------------------------------
+def dataset_path(path: str | os.PathLike | None = None) -> Path:
+    return Path(path) if path is not None else cache_mod.Cache().measurements_path
+
+
+def make_record(program, m: Measurement, labels: dict | None = None) -> dict:
+    """One dataset line: the program's features and text with its measured time."""
+    from ollie import features
+    from ir.printer import to_text
+    return {"features": [round(float(x), 6) for x in features.program_features(program)],
+            "feature_version": features.FEATURE_VERSION,
+            "kinds": features.kinds(program), "program": to_text(program, declarations=True),
+            "seconds": m.median, "min": m.min, "iqr": m.iqr, "runs": m.runs,
+            "device": m.device, "versions": m.versions, **(labels or {})}
+
+
+def append_record(record: dict, path: str | os.PathLike | None = None) -> None:
+    """Append one JSON line with a single ``write`` on an ``O_APPEND`` file, so lines from
+    concurrent processes never interleave; I/O errors are ignored (data is best-effort)."""
+    p = dataset_path(path)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.lseek(fd, size - 1, os.SEEK_SET) >= 0 and os.read(fd, 1) != b"\n":
+                line = b"\n" + line  # a torn last line (a killed writer) stays on its own
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def load_records(path: str | os.PathLike | None = None, device: str | None = None) -> list[dict]:
+    """Every well-formed line of the dataset (``.gz``: compressed), optionally only those
+    measured on ``device``."""
+    out = []
+    p = dataset_path(path)
+    try:
+        f = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
+    except OSError:
+        return out
+    with f:
+        try:
+            for raw in f:
+                try:
+                    r = json.loads(raw)
+                except ValueError:
+                    continue  # a torn or corrupt line
+                if (isinstance(r, dict) and isinstance(r.get("seconds"), (int, float))
+                        and r["seconds"] > 0 and (device is None or r.get("device") == device)):
+                    out.append(r)
+        except (OSError, EOFError):  # a truncated compressed file: keep what was read
+            pass
+    return out
