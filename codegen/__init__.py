@@ -12,7 +12,7 @@ from codegen.kernel import Kernel
 from ir.check import check
 from ir.nodes import Scope
 
-BACKENDS = {"torch": "codegen.torch_backend"}
+BACKENDS = {"torch": "codegen.torch_backend", "triton": "codegen.triton_backend"}
 
 __all__ = ["BACKENDS", "Kernel", "lower"]
 
