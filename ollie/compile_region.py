@@ -15,6 +15,7 @@ import torch
 import codegen
 import ir
 from derivations import Budget, derive
+from ollie import cache, measure
 from ollie import cost as cost_model
 from ollie.plan import max_relative_error, median_times, run_node, tolerance
 
@@ -38,6 +39,15 @@ class RegionReport:
     input_names: tuple[str, ...] = ()
     kernel_source: str = ""
     candidates: list = field(default_factory=list)
+    measured: list = field(default_factory=list)      # (rule chain, cost, ok, seconds, reason)
+    cached: bool = False                              # decision taken from the disk cache
+
+    def cache_entry(self) -> dict:
+        """What the disk cache keeps: enough to redo the decision without deriving."""
+        return {"program": ir.to_text(self.chosen, declarations=True) if self.chosen else None,
+                "rule_chain": list(self.rule_chain), "cost_before": self.cost_before,
+                "cost_after": self.cost_after, "eager_s": self.eager_s,
+                "ollie_s": self.ollie_s, "error": self.error, "decision": self.decision}
 
     def summary(self) -> str:
         speed = (f", eager {self.eager_s * 1e3:.3f} ms vs ollie {self.ollie_s * 1e3:.3f} ms"
@@ -48,8 +58,14 @@ class RegionReport:
     def describe(self) -> str:
         lines = [f"region {self.root_name}: {' → '.join(self.ops)}",
                  "  captured expression:", _indent(ir.to_text(self.original), 4)]
+        if self.cached:
+            lines.append("  derivation: taken from the disk cache (no derivation, no measurement)")
         if self.derivation is not None:
             lines.append(f"  derivation: {self.derivation}")
+        for chain, cost, ok, seconds, reason in self.measured:
+            lines.append(f"  measured candidate {' → '.join(chain) or '(original)'}: "
+                         + (f"{seconds * 1e3:.3f} ms" if ok else f"rejected, {reason}")
+                         + f" (est. {cost:.3g})")
         if self.chosen is not None:
             lines.append("  rule chain: " + (" → ".join(self.rule_chain) or "(none: original form)"))
             lines.append("  chosen program:")
@@ -66,9 +82,54 @@ class RegionReport:
         return "\n".join(lines)
 
 
+ADOPTED = "adopted"
+NOT_CHEAPER = "eager: no derived form is cheaper than the captured one"
+NOT_FASTER = "eager: the derived program measured no faster than eager"
+CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER)
+
+
 def compile_region(region, reference: dict, options) -> RegionReport:
-    cost = cost_model.default()
     report = RegionReport(region.root.name, [_op_name(m) for m in region.members], region.expr)
+    tensors = {name: reference[node] for name, node in region.inputs.items()}
+    expected = reference[region.root]
+    store = cache.Cache(options.cache_dir) if options.cache else None
+    key = cache.region_key(region.expr, tensors) if store else None
+    if store and _from_cache(report, store.get(key), tensors, expected, options):
+        return report
+    _derive_and_choose(report, region, reference, tensors, expected, options)
+    if store and report.decision in CACHEABLE:  # failures are re-derived next time
+        store.put(key, report.cache_entry())
+    return report
+
+
+def _from_cache(report, entry, tensors, expected, options) -> bool:
+    """Reuse a stored decision: no derivation, no measurement; an adopted program is still
+    checked once on these inputs (a stale or damaged entry is ignored, never trusted)."""
+    if not entry:
+        return False
+    report.cached = True
+    report.rule_chain = tuple(entry.get("rule_chain", ()))
+    report.cost_before, report.cost_after = entry.get("cost_before", 0), entry.get("cost_after", 0)
+    report.eager_s, report.ollie_s = entry.get("eager_s"), entry.get("ollie_s")
+    if entry.get("decision") != ADOPTED:
+        report.decision = entry.get("decision", "eager")
+        return True
+    try:
+        report.chosen = ir.parse(entry["program"])
+        kernel = codegen.lower(report.chosen, backend=_backend(options))
+        with torch.no_grad():
+            out = kernel(*[tensors[n] for n in kernel.input_names])
+        report.error = max_relative_error(out, expected)
+    except Exception:
+        return False
+    if out.dtype != expected.dtype or not report.error <= tolerance(expected.dtype):
+        return False
+    _adopt(report, kernel)
+    return True
+
+
+def _derive_and_choose(report, region, reference, tensors, expected, options) -> None:
+    cost = cost_model.default()
     report.cost_before = ir.analysis.program_cost(region.expr, cost)
     try:
         t0 = time.perf_counter()
@@ -79,49 +140,53 @@ def compile_region(region, reference: dict, options) -> RegionReport:
         report.derivation = derivation.report
     except Exception as e:  # a derivation bug must not break the user's function
         report.decision = f"eager: derivation failed: {_first_line(e)}"
-        return report
+        return
     report.candidates = candidates
-    best = min(candidates, key=lambda c: c.cost)
-    report.chosen, report.rule_chain, report.cost_after = best.program, best.rule_chain, best.cost
-    if best.cost >= report.cost_before * 0.95:
-        report.decision = "eager: no derived form is cheaper than the captured one"
-        return report
-    backend = "torch" if options.backend == "auto" else options.backend
-    try:
-        kernel = codegen.lower(best.program, backend=backend)
-    except Exception as e:
-        report.decision = f"eager: lowering to {backend} failed: {_first_line(e)}"
-        return report
-    inputs = [reference[region.inputs[name]] for name in kernel.input_names]
-    try:
-        with torch.no_grad():
-            out = kernel(*inputs)
-    except Exception as e:
-        report.decision = f"eager: the lowered kernel raised {_first_line(e)}"
-        return report
-    expected = reference[region.root]
-    report.error = max_relative_error(out, expected)
-    if report.error > tolerance(expected.dtype) or out.dtype != expected.dtype:
-        report.decision = (f"eager: the derived program does not match eager "
-                           f"(error {report.error:.2e}, dtype {out.dtype})")
-        return report
-    if options.measure:
-        env = dict(reference)
-        members = list(region.members)
+    cheapest = min(candidates, key=lambda c: c.cost)
+    report.chosen, report.rule_chain, report.cost_after = (
+        cheapest.program, cheapest.rule_chain, cheapest.cost)
+    if cheapest.cost >= report.cost_before * 0.95:
+        report.decision = NOT_CHEAPER
+        return
+    promising = [c for c in candidates if c.cost < report.cost_before * 0.95]
+    results = measure.measure_candidates(
+        promising, tensors, expected, cap=options.measure_cap_s, backend=_backend(options),
+        record=options.cache, labels={"family": "region", "case": report.root_name})
+    report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds, r.reason)
+                       for r in results]
+    winner = measure.best(results)
+    if winner is None:
+        report.decision = ("eager: no derived program matched eager ("
+                           + "; ".join(r.reason for r in results) + ")")
+        report.error = min((r.error for r in results), default=None)
+        return
+    report.chosen, report.rule_chain = winner.candidate.program, winner.candidate.rule_chain
+    report.cost_after, report.error = winner.candidate.cost, winner.error
+    members = list(region.members)
+    env = dict(reference)
 
-        def eager_region():
-            for m in members:
-                env[m] = run_node(None, m, env)
+    def eager_region():
+        for m in members:
+            env[m] = run_node(None, m, env)
 
-        with torch.no_grad():
-            report.eager_s, report.ollie_s = median_times([eager_region, lambda: kernel(*inputs)])
-        if report.ollie_s >= report.eager_s:
-            report.decision = "eager: the derived program measured no faster than eager"
-            return report
+    inputs = [tensors[n] for n in winner.kernel.input_names]
+    with torch.no_grad():
+        report.eager_s, report.ollie_s = median_times(
+            [eager_region, lambda: winner.kernel(*inputs)], budget_s=options.measure_cap_s)
+    if report.ollie_s >= report.eager_s:
+        report.decision = NOT_FASTER
+        return
+    _adopt(report, winner.kernel)
+
+
+def _adopt(report, kernel) -> None:
     report.kernel, report.input_names = kernel, tuple(kernel.input_names)
     report.kernel_source = getattr(kernel, "source", "")
-    report.decision = "adopted"
-    return report
+    report.decision = ADOPTED
+
+
+def _backend(options) -> str:
+    return "torch" if options.backend == "auto" else options.backend
 
 
 def _op_name(node) -> str:

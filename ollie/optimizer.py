@@ -34,7 +34,9 @@ class Options:
     budget_s: float = 2.0          # derivation time per region
     max_nodes: int = 20_000        # e-graph node budget per region
     candidates: int = 4            # distinct candidates extracted per region
-    measure: bool = True           # time kernel against eager before adopting it
+    measure_cap_s: float = 0.5     # seconds of timing per candidate
+    cache: bool = True             # persistent disk cache of decisions
+    cache_dir: str | None = None   # default: $OLLIE_CACHE_DIR or the per-user cache folder
     verbose: bool = False
 
 
@@ -120,14 +122,22 @@ class OptimizedFunction:
 
 
 def optimize(fn: Callable | None = None, *, backend: str = "auto", budget_s: float = 2.0,
-             max_nodes: int = 20_000, candidates: int = 4, measure: bool = True,
-             verbose: bool = False):
-    """Optimize a torch function; use bare (``@optimize``) or with options."""
+             max_nodes: int = 20_000, candidates: int = 4, measure_cap_s: float = 0.5,
+             cache: bool = True, cache_dir: str | None = None, verbose: bool = False):
+    """Optimize a torch function; use bare (``@optimize``) or with options.
+
+    backend: "auto" (torch code on CPU; Triton where it applies on a GPU), "torch", "triton".
+    budget_s / max_nodes: derivation time and e-graph size per region.
+    candidates / measure_cap_s: how many derived programs are measured, seconds each.
+    cache / cache_dir: the persistent decision cache (default $OLLIE_CACHE_DIR or per user).
+    """
     if backend not in BACKENDS:
         raise ValueError(f"ollie.optimize: unknown backend {backend!r}; choose one of {BACKENDS}")
-    if budget_s <= 0 or max_nodes <= 0 or candidates <= 0:
-        raise ValueError("ollie.optimize: budget_s, max_nodes and candidates must be positive")
-    options = Options(backend, budget_s, max_nodes, candidates, measure, verbose)
+    if budget_s <= 0 or max_nodes <= 0 or candidates <= 0 or measure_cap_s <= 0:
+        raise ValueError("ollie.optimize: budget_s, max_nodes, candidates and measure_cap_s "
+                         "must be positive")
+    options = Options(backend, budget_s, max_nodes, candidates, measure_cap_s, cache,
+                      cache_dir, verbose)
     if fn is None:
         return lambda f: OptimizedFunction(f, options)
     if not callable(fn):

@@ -5,3 +5,13 @@ import sys
 ROOT = str(pathlib.Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def private_cache_dir(tmp_path_factory, monkeypatch):
+    """Tests never read or write the user's cache, nor each other's: one folder per test."""
+    path = tmp_path_factory.mktemp("ollie-cache")
+    monkeypatch.setenv("OLLIE_CACHE_DIR", str(path))
+    return path

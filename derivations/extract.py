@@ -1,0 +1,285 @@
+"""Deriving an expression and enumerating its k best equivalent programs.
+
+``derive`` encodes a scope, runs rulesets under a budget and returns a :class:`Derivation`;
+``Derivation.candidates(k, cost)`` walks the serialized e-graph with a k-best dynamic
+programme, decodes candidates to ``ir`` scopes, ranks them by the exact program cost and
+checks each against the reference interpreter before it leaves ``derivations/``.
+
+Cost. ``cost(scope)`` is the cost of one scope's own computation; a program costs the sum
+over its distinct sub-scopes (``ir.sub_scopes``). Inside the e-graph a scope node's own cost
+does not depend on which forms its children take (only on their shapes), so each node is
+costed once and a tree's cost is additive. The DP (``_Beam``) keeps the ``width`` cheapest
+distinct trees per e-class, combining a node's children by varying one child at a time
+from the all-best choice; rounds repeat until no list changes (e-graphs have cycles; a tree
+never contains its own class, so every tree is finite). The tree cost counts a scope read
+twice twice; the final ranking uses the exact program cost.
+
+Provenance. Every ``sum`` node made by a rule carries ``made_by``: the chain of rule names
+from an encoded node to it (first derivation found). A candidate's ``rule_chain`` is the
+chain of its root node followed by the steps of its other derived scopes that the root's
+chain does not already contain: the rules whose firings produced the chosen form.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from egglog import EGraph
+
+from ir.analysis import iteration_points
+from ir.canonical import fingerprint
+from ir.check import check
+from ir.errors import IRError
+from ir.equiv import compare
+from ir.nodes import Scope, sub_scopes
+from derivations.encode import Encoding, encode
+from derivations.lang import Iterator, Root
+from derivations.rules import Rules, default_rulesets
+from derivations.schedule import Budget, Report, run_rulesets
+from derivations.term import SCOPE_OPS, Term, to_egglog
+from derivations.view import ENode, Ref, View, load
+
+__all__ = ["Candidate", "Derivation", "derive", "VERIFY_LIMIT"]
+
+VERIFY_LIMIT = 1 << 26  # iteration points (traversal x summation, over all scopes) checked
+
+
+@dataclass(frozen=True)
+class Candidate:
+    program: Scope
+    cost: float
+    rule_chain: tuple[str, ...]
+    verified: bool | None  # True: equals the original on random inputs; None: too big to check
+
+
+@dataclass
+class Derivation:
+    """An expression in an e-graph after a run; ``candidates`` reads programs out of it."""
+
+    expr: Scope
+    term: Term = field(repr=False)
+    encoding: Encoding = field(repr=False)
+    egraph: EGraph = field(repr=False)
+    report: Report
+    rejected: list[tuple[Scope, str]] = field(default_factory=list)  # failed the check, why
+    _view: View | None = field(default=None, repr=False)
+    _checked: dict = field(default_factory=dict, repr=False)  # fingerprint -> (ok, why)
+
+    @property
+    def view(self) -> View:
+        if self._view is None:
+            self._view = load(self.egraph, "Root")
+            self.report.classes = len(self._view.classes)
+        return self._view
+
+    def candidates(self, k: int, cost: Callable[[Scope], float]) -> list[Candidate]:
+        """The ``k`` cheapest distinct verified programs, plus the original if not among them."""
+        view, enc = self.view, self.encoding
+        beam = _Beam(view, enc, cost, width=k + 2)
+        picks = beam.run(root_width=2 * k + 4)
+        original = self._candidate(self.expr, (), cost, verified=True)
+        seen: dict[object, Candidate] = {self.term: original, _identity(self.expr): original}
+        for pick in picks:
+            term = beam.term(pick)
+            if term in seen:
+                continue
+            program = enc.decode(term, enc.root_order)
+            ident = _identity(program)
+            if ident not in seen:
+                seen[term] = seen[ident] = self._candidate(program, beam.chain(pick), cost, None)
+        ranked = sorted({id(c): c for c in seen.values()}.values(), key=lambda c: c.cost)
+        out: list[Candidate] = []
+        for cand in ranked:
+            if len(out) == k:
+                break
+            checked = self._check(cand)
+            if checked is not None:
+                out.append(checked)
+        if all(c.program is not self.expr for c in out):
+            out.append(original)
+        return out
+
+    def _candidate(self, program, chain, cost, verified) -> Candidate:
+        total = float(sum(cost(s) for s in sub_scopes(program)))
+        return Candidate(program, total, tuple(chain), verified)
+
+    def _check(self, cand: Candidate) -> Candidate | None:
+        """``cand`` marked checked, or None (and reported in ``rejected``) if it is wrong."""
+        if cand.program is self.expr:
+            return cand
+        key = _identity(cand.program)
+        if key not in self._checked:
+            self._checked[key] = _verify(self.expr, cand.program)
+            if self._checked[key][0] is False:
+                self.rejected.append((cand.program, self._checked[key][1]))
+        ok = self._checked[key][0]
+        return None if ok is False else Candidate(cand.program, cand.cost, cand.rule_chain, ok)
+
+
+def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] | None = None) -> Derivation:
+    """Put ``expr`` in an e-graph and run ``rulesets`` (default: the algebra) under ``budget``."""
+    term, enc = encode(expr)
+    egraph = EGraph()
+    # Only plain relations before the term, and nothing after it: egglog-python hoists shared
+    # container values (Set, MultiSet) into global lets, and a let made in one command can be
+    # stale in a later one (it then names another container). Rules have no such lets.
+    egraph.register(*(Iterator(name) for name in enc.iters))
+    egraph.register(Root(to_egglog(term)))
+    chosen = default_rulesets() if rulesets is None else tuple(rulesets)
+    report = run_rulesets(egraph, chosen, budget)
+    return Derivation(expr, term, enc, egraph, report)
+
+
+# -- the k-best dynamic programme -------------------------------------------------------------
+class _Pick:
+    """One tree: a node of a class with a pick for each child class."""
+
+    __slots__ = ("cost", "node", "kids", "scopes", "key")
+
+    def __init__(self, cost, node, kids, scopes, key):
+        self.cost, self.node, self.kids, self.scopes, self.key = cost, node, kids, scopes, key
+
+
+class _Beam:
+    def __init__(self, view: View, enc: Encoding, cost: Callable[[Scope], float], width: int):
+        self.view, self.enc, self.cost, self.width = view, enc, cost, width
+        self.best: dict[str, list[_Pick]] = {}
+        self._keys: dict[tuple, int] = {}
+        self._own: dict[ENode, float] = {}
+        self._terms: dict[int, Term] = {}
+
+    def run(self, root_width: int, max_rounds: int = 64) -> list[_Pick]:
+        order = self._postorder(self.view.root)
+        for _ in range(max_rounds):
+            changed = False
+            for c in order:
+                width = root_width if c == self.view.root else self.width
+                new = self._class(c, width)
+                if [p.key for p in new] != [p.key for p in self.best.get(c, [])]:
+                    self.best[c], changed = new, True
+            if not changed:
+                break
+        return self.best.get(self.view.root, [])
+
+    def _postorder(self, root: str) -> list[str]:
+        order, seen, stack = [], {root}, [(root, iter(self._kid_classes(root)))]
+        while stack:
+            c, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                order.append(c)
+                stack.pop()
+            elif nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, iter(self._kid_classes(nxt))))
+        return order
+
+    def _kid_classes(self, c: str) -> list[str]:
+        return [k for n in self.view.classes.get(c, []) for k in n.kids()]
+
+    def _class(self, c: str, width: int) -> list[_Pick]:
+        found: dict[int, _Pick] = {}
+        for node in self.view.classes.get(c, []):
+            lists = [self.best.get(k) for k in node.kids()]
+            if not all(lists):
+                continue
+            scope = node.op in SCOPE_OPS
+            for combo in _combos(lists):
+                if scope and any(c in p.scopes for p in combo):
+                    continue  # the class would contain itself
+                pick = self._pick(node, combo, scope)
+                found.setdefault(pick.key, pick)
+        return sorted(found.values(), key=lambda p: (p.cost, p.key))[:width]
+
+    def _pick(self, node: ENode, kids: tuple[_Pick, ...], scope: bool) -> _Pick:
+        key = self._keys.setdefault((node, tuple(p.key for p in kids)), len(self._keys))
+        scopes = frozenset().union(*(p.scopes for p in kids))
+        own = 0.0
+        if scope:
+            scopes |= {node.cls}
+            if node not in self._own:
+                pick = _Pick(0.0, node, kids, scopes, key)
+                self._own[node] = float(self.cost(self.enc.decode(self.term(pick))))
+            own = self._own[node]
+        return _Pick(own + sum(p.cost for p in kids), node, kids, scopes, key)
+
+    def term(self, pick: _Pick) -> Term:
+        t = self._terms.get(pick.key)
+        if t is None:
+            kids = iter([self.term(p) for p in pick.kids])
+            args = tuple(_fill(a, kids) for a in pick.node.args)
+            t = self._terms[pick.key] = Term(pick.node.op, args)
+        return t
+
+    def chain(self, pick: _Pick) -> tuple[str, ...]:
+        chains: list[tuple[str, ...]] = []
+        stack = [pick]
+        while stack:
+            p = stack.pop()
+            c = self.view.chain(p.node)
+            if c:
+                chains.append(c)
+            stack.extend(reversed(p.kids))
+        return _merge_chains(chains)
+
+
+def _fill(arg, kids):
+    if isinstance(arg, Ref):
+        return next(kids)
+    if isinstance(arg, tuple) and arg and isinstance(arg[0], Ref):
+        return tuple(next(kids) for _ in arg)
+    return arg
+
+
+def _combos(lists: list[list[_Pick]]):
+    base = tuple(l[0] for l in lists)
+    yield base
+    for i, l in enumerate(lists):
+        for alt in l[1:]:
+            yield base[:i] + (alt,) + base[i + 1:]
+
+
+def _merge_chains(chains: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The first chain, then each later one's steps past its longest prefix already listed."""
+    if not chains:
+        return ()
+    out = list(chains[0])
+    listed = [chains[0]]
+    for c in chains[1:]:
+        common = max(_prefix(c, d) for d in listed)
+        if common < len(c):
+            out.extend(c[common:])
+            listed.append(c)
+    return tuple(out)
+
+
+def _prefix(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+# -- checks ------------------------------------------------------------------------------------
+def _identity(program: Scope) -> str:
+    """Key of a program up to iterator renaming and commutative order."""
+    return fingerprint(program)
+
+
+def _verify(original: Scope, program: Scope, limit: int = VERIFY_LIMIT) -> tuple[bool | None, str]:
+    """(equal on random inputs, why not); (None, ...) when either side is too big to evaluate.
+
+    A program too big to evaluate is still checked for validity and for the original's
+    output range: that much is cheap, and catches a malformed decode.
+    """
+    try:
+        check(program)
+    except IRError as e:
+        return False, f"invalid program: {e}"
+    if program.bounds() != original.bounds():
+        return False, f"output range {program.bounds()} is not the original's {original.bounds()}"
+    points = max(sum(iteration_points(s) for s in sub_scopes(p)) for p in (original, program))
+    if points > limit:
+        return None, f"not checked: {points} iteration points > {limit}"
+    result = compare(original, program)
+    return result.ok, result.reason

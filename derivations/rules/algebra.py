@@ -1,0 +1,57 @@
+"""The algebra of sums and products: rulesets that add new forms.
+
+A scope node is ``sum(out, sums, factors)``: ``T[out] = sum[sums] prod(factors)``, closed,
+with globally unique iterator names (see :mod:`derivations.encode`). ``use(W)`` reads scope
+``W`` at its own output iterators. A rule fires only on nodes whose provenance is known and
+records, in ``made_by``, the rule chain from an encoded node to the node it creates (for
+``explain``). Neither rule invents an iterator, so the e-graph stays finite.
+
+Together the two rules reassociate contraction chains: ``(A@B)@C`` is inlined to
+``sum[j,k] A*B*C`` and split by ``j`` into ``A@(B@C)``; splitting a product by a summation
+iterator that only some factors read moves the sum inward past the others
+(``sum[i] x[i]*w[j] = w[j] * sum[i] x[i]``).
+"""
+from __future__ import annotations
+
+from egglog import MultiSet, Set, String, UnstableFn, eq, rule, ruleset, set_, union
+
+from derivations.lang import EBody, EScope, inner_fv, made_by, outer_of
+from derivations.rules import Rules
+from derivations.rules.analysis import PARTITION, PROVENANCE
+
+E = MultiSet[EBody]
+EMPTY = Set[String].empty()
+
+
+@ruleset
+def _inline(out: Set[String], sums: Set[String], fs: E, f: EBody, w: EScope, wout: Set[String],
+            wsums: Set[String], wfs: E, chain: String):
+    # sum[S] W[o] * F  =  sum[S+K] G * F     where W[o] = sum[K] G and K is disjoint from o, S
+    new = (out, sums | wsums, fs.remove(f) + wfs)
+    yield rule(eq(chain).to(made_by(out, sums, fs)), eq(f).to(EBody.use(w)), fs.contains(f),
+               eq(w).to(EScope.sum(wout, wsums, wfs)), eq(wsums & (out | sums)).to(EMPTY),
+               name="inline").then(
+        union(EScope.sum(out, sums, fs)).with_(EScope.sum(*new)),
+        set_(made_by(*new)).to(chain + " inline"))
+
+
+@ruleset
+def _split(out: Set[String], sums: Set[String], fs: E, s: String, o: Set[EBody], ifc: Set[String],
+           chain: String):
+    # sum[S] F * G  =  sum[S-s] F * W[i]     where W[i] = sum[s] G, no factor of F reads s,
+    #                                        and i = what G reads, but s
+    outside = UnstableFn(Set.contains, o)  # the factors that do not read s
+    w = (ifc.remove(s), Set(s), fs.filter_not(outside))
+    new = (out, sums.remove(s), fs.filter(outside).insert(EBody.use(EScope.sum(*w))))
+    yield rule(eq(o).to(outer_of(out, sums, fs, s)), eq(ifc).to(inner_fv(out, sums, fs, s)),
+               eq(chain).to(made_by(out, sums, fs)), name="split").then(
+        union(EScope.sum(out, sums, fs)).with_(EScope.sum(*new)),
+        set_(made_by(*new)).to(chain + " split"),
+        set_(made_by(*w)).to(chain + " split"))
+
+
+INLINE = Rules("inline", "scope inlining: a contraction read by name merges into its reader",
+               _inline, needs=(PROVENANCE,))
+SPLIT = Rules("split", "summation splitting: sum over s only the factors that read s",
+              _split, needs=(PROVENANCE, PARTITION))
+ALGEBRA = (INLINE, SPLIT)

@@ -1,0 +1,127 @@
+"""Running rulesets under a budget, one iteration at a time.
+
+One iteration = the facts rulesets the chosen rulesets need, run to saturation (they only
+add facts, bounded by the e-graph's size), then each explorative ruleset once. The loop
+stops when an iteration changes nothing (saturated) or when a budget would be exceeded.
+
+Budgets are checked between iterations, against the current size and time *plus* what the
+last iteration added, so an iteration that is expected to cross a line is not started.
+Nodes: an iteration that might cross the node budget (the first one, any past half the
+budget, any that would cross it growing 4x as much as the last) runs after ``push()`` and
+is undone with ``pop()`` if it did cross it. (Snapshots are not taken on every iteration:
+egglog cannot drop one without restoring it.) Time cannot be undone, so the time budget
+holds up to one iteration; iterations stay short because no rule invents iterators, so one
+iteration grows the e-graph by a bounded factor.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from egglog import EGraph, run, seq
+
+from derivations.rules import Rules
+
+__all__ = ["Budget", "Report", "run_rulesets", "egraph_size"]
+
+_NODE_TABLES = ("EScope.", "EBody.", "ESource.")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one derivation run; each is checked between iterations."""
+
+    nodes: int = 50_000        # e-nodes (constructor rows; facts tables not counted)
+    seconds: float = 5.0       # wall time of the rule iterations
+    iterations: int = 100
+
+
+@dataclass
+class Report:
+    """What a run did: size reached, iterations, time, why it stopped, rule firings."""
+
+    stop: str = "not run"            # "saturated" | "nodes" | "seconds" | "iterations"
+    iterations: int = 0
+    seconds: float = 0.0
+    nodes: int = 0                   # e-nodes
+    facts: int = 0                   # rows of facts tables (fv, outer_of, made_by, ...)
+    classes: int | None = None       # e-classes (known once the e-graph is serialized)
+    firings: dict[str, int] = field(default_factory=dict)   # rule name -> matches applied
+    rulesets: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        fired = ", ".join(f"{k}={v}" for k, v in sorted(self.firings.items()) if v)
+        classes = "" if self.classes is None else f", {self.classes} classes"
+        return (f"{self.stop} after {self.iterations} iterations in {self.seconds:.3f}s: "
+                f"{self.nodes} e-nodes{classes}, {self.facts} facts; fired: {fired or 'nothing'}")
+
+
+def egraph_size(egraph: EGraph) -> tuple[int, int]:
+    """(e-nodes, facts rows) of ``egraph``."""
+    nodes = facts = 0
+    for fn, size in egraph.all_function_sizes():
+        if str(fn).startswith(_NODE_TABLES):
+            nodes += size
+        else:
+            facts += size
+    return nodes, facts
+
+
+def _facts_of(rulesets: tuple[Rules, ...]) -> list[Rules]:
+    """The facts rulesets ``rulesets`` need, dependencies first, each once."""
+    out: list[Rules] = []
+
+    def add(r: Rules):
+        for d in r.needs:
+            add(d)
+        if r.analysis and r not in out:
+            out.append(r)
+
+    for r in rulesets:
+        add(r)
+    return out
+
+
+def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget) -> Report:
+    """Run ``rulesets`` on ``egraph`` until saturated or a budget stops it."""
+    explore = [r for r in rulesets if not r.analysis]
+    facts = _facts_of(tuple(rulesets))
+    parts = [run(r.ruleset).saturate() for r in facts] + [run(r.ruleset) for r in explore]
+    step = seq(*parts) if parts else None
+    report = Report(rulesets=tuple(r.name for r in rulesets))
+    report.nodes, report.facts = egraph_size(egraph)
+    start = time.perf_counter()
+    last_seconds, last_growth = 0.0, 0
+    while True:
+        elapsed = time.perf_counter() - start
+        if step is None:
+            report.stop = "saturated"
+        elif report.nodes + last_growth > budget.nodes or report.nodes >= budget.nodes:
+            report.stop = "nodes"
+        elif elapsed + last_seconds > budget.seconds:
+            report.stop = "seconds"
+        elif report.iterations >= budget.iterations:
+            report.stop = "iterations"
+        if report.stop != "not run":
+            break
+        risky = (report.iterations == 0 or 2 * report.nodes > budget.nodes
+                 or report.nodes + 4 * last_growth > budget.nodes)  # might cross the budget
+        if risky:
+            egraph.push()
+        t0 = time.perf_counter()
+        result = egraph.run(step)
+        last_seconds = time.perf_counter() - t0
+        nodes, facts = egraph_size(egraph)
+        if risky and nodes > budget.nodes:
+            egraph.pop()  # undo the iteration that crossed the budget
+            report.stop = "nodes"
+            break
+        report.iterations += 1
+        for decl, n in result.num_matches_per_rule.items():
+            name = getattr(decl, "name", None) or "unnamed"
+            report.firings[name] = report.firings.get(name, 0) + n
+        last_growth, report.nodes, report.facts = nodes - report.nodes, nodes, facts
+        if not result.updated:
+            report.stop = "saturated"
+    report.seconds = time.perf_counter() - start
+    return report

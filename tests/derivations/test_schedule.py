@@ -1,0 +1,61 @@
+"""Budgets hold and the report says why a run stopped."""
+from __future__ import annotations
+
+import time
+
+from ir import Tensor, flops, ops
+
+from derivations import Budget, derive
+from derivations.rules.algebra import ALGEBRA
+from derivations.schedule import egraph_size, run_rulesets
+from derivation_helpers import chain
+
+LONG = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12)  # a 9-matrix chain: far from saturating quickly
+
+
+def test_small_expression_saturates():
+    d = derive(ops.matmul(ops.matmul(Tensor("a", (2, 3)), Tensor("b", (3, 4))), Tensor("c", (4, 5))))
+    assert d.report.stop == "saturated" and 0 < d.report.iterations < 10
+
+
+def test_node_budget_holds_exactly():
+    for limit in (40, 150, 600):
+        d = derive(chain(LONG), Budget(nodes=limit, seconds=30))
+        assert d.report.stop == "nodes", d.report
+        assert d.report.nodes <= limit
+        assert egraph_size(d.egraph)[0] == d.report.nodes
+        assert d.candidates(2, flops) and d.rejected == []  # a stopped e-graph still yields candidates
+
+
+def test_node_budget_smaller_than_the_expression_stops_before_any_iteration():
+    d = derive(chain(LONG), Budget(nodes=5))
+    assert d.report.stop == "nodes" and d.report.iterations == 0
+    assert d.candidates(2, flops)[0].rule_chain == ()
+
+
+def test_time_budget_holds():
+    start = time.perf_counter()
+    d = derive(chain(LONG), Budget(seconds=0.3, nodes=10**7))
+    elapsed = time.perf_counter() - start
+    assert d.report.stop == "seconds", d.report
+    assert d.report.seconds < 0.3 + 0.5 and elapsed < 2.0
+
+
+def test_iteration_budget_holds():
+    d = derive(chain(LONG), Budget(iterations=2))
+    assert d.report.stop == "iterations" and d.report.iterations == 2
+
+
+def test_a_run_can_continue_where_a_budget_stopped_it():
+    d = derive(chain((3, 8, 2, 6, 4)), Budget(iterations=1))
+    assert d.report.stop == "iterations"
+    more = run_rulesets(d.egraph, ALGEBRA, Budget())
+    assert more.stop == "saturated" and more.nodes > 0
+
+
+def test_report_names_rulesets_and_counts_firings():
+    d = derive(chain((3, 8, 2, 6)))
+    assert d.report.rulesets == ("inline", "split")
+    assert d.report.firings["split"] > 0 and d.report.firings["part_inner"] > 0
+    text = str(d.report)
+    assert text.startswith("saturated after") and "split=" in text
