@@ -1,4 +1,4 @@
-"""The ``ollie`` command: ``demo``, ``derive``, ``bench`` and ``repl``.
+"""The ``ollie`` command: ``demo``, ``derive``, ``bench``, ``repl``, ``cache`` and ``tune``.
 
 ``main(argv)`` returns the exit status (0 success, 1 a failed check, 2 a usage error), so
 tests can call it directly; user mistakes print one clear message to stderr, no traceback.
@@ -57,6 +57,25 @@ def repl(args, out) -> int:
     return 0
 
 
+def cache(args, out) -> int:
+    from ollie import cache as cache_mod
+
+    if args.action == "info":
+        print(cache_mod.cache_info_command(args.dir), file=out)
+    else:
+        print(cache_mod.cache_clear_command(args.dir, measurements=args.all), file=out)
+    return 0
+
+
+def tune(args, out) -> int:
+    from ollie import tune as tune_mod
+
+    if args.cases <= 0:
+        raise derive_cli.UsageError("--cases must be positive")
+    print(tune_mod.tune_command(args.cases, args.dir, budget_s=args.budget_s), file=out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ollie", description="Ollie: derivation-based tensor program optimizer "
@@ -83,6 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-history", action="store_true", help="do not read or write "
                    "~/.ollie_history")
     d.set_defaults(run=repl)
+
+    d = sub.add_parser("cache", help="the persistent cache of optimization decisions")
+    d.add_argument("action", choices=("info", "clear"))
+    d.add_argument("--all", action="store_true", help="with clear: also the measurements "
+                   "the cost model learns from")
+    d.add_argument("--dir", default=None, help="cache folder (default $OLLIE_CACHE_DIR or "
+                   "the per-user cache)")
+    d.set_defaults(run=cache)
+
+    d = sub.add_parser("tune", help="measure more programs on this machine and retrain the "
+                       "learned cost model")
+    d.add_argument("--cases", type=int, default=40, help="random operator cases to measure")
+    d.add_argument("--budget-s", type=float, default=None, help="seconds of measuring at most")
+    d.add_argument("--dir", default=None, help="cache folder for the dataset and the model")
+    d.set_defaults(run=tune)
     return p
 
 

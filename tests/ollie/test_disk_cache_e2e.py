@@ -1,0 +1,102 @@
+"""The persistent cache seen from the user's side: a second process reuses the decision."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import json, os, statistics, sys, time, torch
+    import ollie, ollie.compile_region as cr
+
+    if os.environ.get("FORBID_DERIVE"):
+        def forbidden(*a, **k):
+            raise AssertionError("derivation ran although the disk cache should answer")
+        cr.derive = forbidden
+        cr.measure.measure_candidates = forbidden
+
+    torch.manual_seed(0)
+    a, b, c = torch.randn(96, 128), torch.randn(128, 128), torch.randn(128, 4)
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
+    out = f(a, b, c)
+    region = f.explain(a, b, c).compiled.regions[0]
+    err = ((out - (a @ b) @ c).abs().max() / (a @ b @ c).abs().max()).item()
+
+    # Per-call overhead: the optimized call against the chosen kernel called directly.
+    inputs = {"a": a, "b": b, "c": c}
+    direct = lambda: region.kernel(*[inputs[n] for n in region.input_names])
+    wrapped = lambda: f(a, b, c)
+    best = {"direct": [], "wrapped": []}
+    for fn in (direct, wrapped):
+        fn()
+    for _ in range(200):
+        for name, fn in (("direct", direct), ("wrapped", wrapped)):
+            t0 = time.perf_counter(); fn(); best[name].append(time.perf_counter() - t0)
+    overhead = statistics.median(best["wrapped"]) - statistics.median(best["direct"])
+    print(json.dumps({"cached": region.cached, "decision": region.decision, "error": err,
+                      "overhead_s": overhead}))
+""")
+
+
+def run_process(cache_dir, **env):
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OLLIE_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT), **env})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def warmed_cache(tmp_path_factory):
+    cache_dir = tmp_path_factory.mktemp("shared-cache")
+    first = run_process(cache_dir)
+    return cache_dir, first
+
+
+def test_first_process_derives_and_adopts(warmed_cache):
+    _, first = warmed_cache
+    assert first["decision"] == "adopted" and not first["cached"]
+
+
+def test_second_process_hits_the_disk_cache_without_deriving(warmed_cache):
+    cache_dir, _ = warmed_cache
+    second = run_process(cache_dir, FORBID_DERIVE="1")
+    assert second["cached"] and second["decision"] == "adopted"
+    assert second["error"] < 1e-4
+
+
+def test_cached_call_overhead_is_under_50_microseconds(warmed_cache):
+    cache_dir, _ = warmed_cache
+    second = run_process(cache_dir, FORBID_DERIVE="1")
+    assert second["overhead_s"] < 50e-6
+
+
+def test_corrupted_entry_is_ignored_and_the_result_stays_correct(warmed_cache, tmp_path):
+    cache_dir, _ = warmed_cache
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for entry in Path(cache_dir).rglob("*.json"):
+        target = corrupt / entry.relative_to(cache_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(entry.read_text()[: len(entry.read_text()) // 2])  # torn write
+    result = run_process(corrupt)
+    assert not result["cached"] and result["error"] < 1e-4
+
+
+def test_hand_edited_program_is_not_trusted(warmed_cache, tmp_path):
+    cache_dir, _ = warmed_cache
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    for entry in Path(cache_dir).rglob("*.json"):
+        data = json.loads(entry.read_text())
+        data["value"]["program"] = data["value"]["program"].replace("*", "+")
+        target = edited / entry.relative_to(cache_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(data))
+    result = run_process(edited)
+    assert not result["cached"] and result["error"] < 1e-4
