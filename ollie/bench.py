@@ -71,7 +71,10 @@ def _ollie_plan(optimized, args) -> str:
         return f"eager: {compiled.fallback}"
     regions = getattr(compiled, "regions", [])
     adopted = sum(getattr(r, "decision", "") == "adopted" for r in regions)
-    return f"{adopted}/{len(regions)} regions adopted"
+    ratios = [r.model_pick_ratio for r in regions
+              if getattr(r, "model_pick_ratio", None) and len(r.measured) > 1]
+    pick = f"; model's pick at {max(ratios):.2f}× the best measured" if ratios else ""
+    return f"{adopted}/{len(regions)} regions adopted{pick}"
 
 
 def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:

@@ -41,6 +41,7 @@ class RegionReport:
     candidates: list = field(default_factory=list)
     measured: list = field(default_factory=list)      # (rule chain, cost, ok, seconds, reason)
     cached: bool = False                              # decision taken from the disk cache
+    model_pick_ratio: float | None = None             # time of the model's top pick / best
 
     def cache_entry(self) -> dict:
         """What the disk cache keeps: enough to redo the decision without deriving."""
@@ -75,6 +76,9 @@ class RegionReport:
                         if self.cost_after else ""))
         if self.error is not None:
             lines.append(f"  check against eager: max relative error {self.error:.2e}")
+        if self.model_pick_ratio is not None and len(self.measured) > 1:
+            lines.append(f"  cost model's first choice ran at {self.model_pick_ratio:.2f}× "
+                         "the best measured candidate")
         if self.eager_s is not None and self.ollie_s is not None:
             lines.append(f"  measured: eager {self.eager_s * 1e3:.3f} ms, ollie "
                          f"{self.ollie_s * 1e3:.3f} ms ({self.eager_s / self.ollie_s:.2f}×)")
@@ -155,6 +159,10 @@ def _derive_and_choose(report, region, reference, tensors, expected, options) ->
     report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds, r.reason)
                        for r in results]
     winner = measure.best(results)
+    timed = [r for r in results if r.ok]
+    if timed:  # how good the model's own first choice was: its time over the best measured
+        model_pick = min(timed, key=lambda r: r.candidate.cost)
+        report.model_pick_ratio = model_pick.seconds / min(r.seconds for r in timed)
     if winner is None:
         report.decision = ("eager: no derived program matched eager ("
                            + "; ".join(r.reason for r in results) + ")")
