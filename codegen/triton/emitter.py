@@ -1,0 +1,280 @@
+"""IR bodies as tile values of one generated kernel (``TileEmitter``).
+
+``TileEmitter`` turns IR body expressions into ``Value``s -- Triton expressions over the
+kernel's tile axes -- under a *binding* of IR iterators to sympy expressions over kernel
+variables. A read of an input or of a materialised scope is a masked ``tl.load`` (reads
+outside the source are 0: the mask covers exactly the bounds interval arithmetic cannot
+prove); a read of an inlined scope evaluates that scope's body in place, zero outside its
+range; in a row kernel a read of a reduction scope reduces the row in registers.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+import sympy
+
+from codegen.triton.indexing import ADD, ATOM, MUL
+from codegen.triton.text import WIDTH, KernelText, Value, constant
+from ir.interpreter import BINARY as NP_BINARY, UNARY as NP_UNARY
+from ir.nodes import (
+    ZERO_PRESERVING, Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, UnOp, Unary,
+    accesses, free_iterators, iterator_symbol, walk,
+)
+from ir.printer import statement_text
+
+HOIST_WIDTH = 64  # a longer arithmetic expression becomes a temporary of its own
+# Only core builtins: library helpers written with @triton.jit (tl.sigmoid, ...) break under
+# the interpreter when triton was imported before TRITON_INTERPRET was set.
+UNARY = {
+    UnOp.RELU: "tl.maximum({}, 0.0)", UnOp.EXP: "tl.exp({})", UnOp.LOG: "tl.log({})",
+    UnOp.TANH: "2.0 / (1.0 + tl.exp(-2.0 * {})) - 1.0",
+    UnOp.SIGMOID: "1.0 / (1.0 + tl.exp(-{}))",
+    UnOp.SQRT: "tl.sqrt(tl.maximum({}, 0.0))",  # the IR's sqrt reads x < 0 as 0
+    UnOp.ABS: "tl.abs({})",
+}
+INFIX = {BinOp.ADD: (" + ", ADD), BinOp.SUB: (" - ", ADD), BinOp.MUL: (" * ", MUL),
+         BinOp.DIV: (" / ", MUL)}
+IDENTITY = {Reduce.SUM: "0.0", Reduce.MAX: 'float("-inf")', Reduce.MIN: 'float("inf")'}
+
+class CannotFuse(Exception):
+    """This grouping of scopes does not fit the kernel being built. ``scope``: the read scope
+    that does not fit (the planner retries with it materialised), or None (try another
+    kernel)."""
+
+    def __init__(self, message: str, scope: Scope | None = None):
+        super().__init__(message)
+        self.scope = scope
+
+class TileEmitter:
+    """IR body expressions as ``Value``s of one kernel.
+
+    ``policy(scope)`` says how a read of a scope is emitted: ``"load"`` (a materialised
+    buffer), ``"inline"`` (evaluate its body in place) or ``"reduce"`` (a reduction over the
+    row axis ``row`` = (kernel variable, extent), in a row kernel). ``known`` maps
+    ``(scope, indices)`` to values already computed (a reduction's accumulator, for an
+    epilogue).
+    """
+
+    def __init__(self, kt: KernelText, names: dict, policy, row: tuple[KVar, int] | None = None):
+        self.kt, self.names, self.policy, self.row = kt, names, policy, row
+        self.known: dict = {}
+        self.used_known: set = set()
+        self.inlined: list[Scope] = []
+        self.loaded: list = []
+        self._memo: dict = {}
+        self._shared: dict = {}
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def _remember(self, key, v: Value) -> Value:
+        self._memo[key] = v
+        return v
+
+    def _recall(self, key) -> Value | None:
+        return self._memo.get(key)
+
+    @contextmanager
+    def loop(self, header: str):
+        with self.kt.loop(header):
+            yield
+        self._memo = {k: v for k, v in self._memo.items() if v.level <= self.kt.level}
+
+    def temp(self, hint: str, v: Value, comment: str | None = None) -> Value:
+        if v.const is not None:
+            return v
+        name = self.kt.fresh(hint)
+        if comment:
+            self.kt.line(f"# {comment}", v.level)
+        self.kt.assign(name, v.code, v.level)
+        return replace(v, code=name, prec=ATOM)
+
+    def statement(self, s: Scope) -> str:
+        return statement_text(s, self.names, self.names.get(s))
+
+    # -- indices ----------------------------------------------------------------------------
+    def indices(self, a: Access, env: dict) -> tuple:
+        subs = {iterator_symbol(n): e for n, e in env.items()}
+        return tuple(sympy.expand(sympy.sympify(i).xreplace(subs)) for i in a.indices)
+
+    def checks(self, idx: tuple, bounds) -> tuple[list[str], bool]:
+        """Bounds checks of ``idx`` against ``bounds`` interval arithmetic cannot prove, and
+        whether some index is never in bounds (the read is 0)."""
+        pr, out = self.kt.printer, []
+        for i, (lo, hi) in zip(idx, bounds):
+            i_lo, i_hi = pr.interval(i)
+            if i_hi < lo or i_lo >= hi:
+                return [], True
+            c, rest = sympy.sympify(i).as_coeff_Add()
+            code, c = (pr.code(rest), int(c)) if rest != 0 else (pr.code(i), 0)
+            if i_lo < lo:
+                out.append(f"({code} >= {lo - c})")
+            if i_hi >= hi:
+                out.append(f"({code} < {hi - c})")
+        return out, False
+
+    def axes_of(self, idx: tuple) -> frozenset:
+        out = frozenset()
+        for i in idx:
+            out |= self.kt.printer.axes(i)
+        return out
+
+    def level_of(self, idx: tuple) -> int:
+        return max((self.kt.printer.level(i) for i in idx), default=0)
+
+    # -- expressions ------------------------------------------------------------------------
+    def value(self, e: Expr, env: dict) -> Value:
+        if isinstance(e, Const):
+            return constant(e.value)
+        if isinstance(e, Access):
+            return self.access(e, env)
+        key = (e, tuple((n, env[n]) for n in sorted(free_iterators(e))))
+        hit = self._recall(key)
+        if hit is not None:
+            return hit
+        if isinstance(e, Unary):
+            v = self.unary(e.op, self.value(e.x, env))
+        elif isinstance(e, Binary):
+            v = self.binary(e.op, self.value(e.lhs, env), self.value(e.rhs, env))
+        else:
+            raise TypeError(f"cannot lower {type(e).__name__} inside a scope body")
+        if v.const is None and (self._shared.get(e, 0) > 1 or len(v.code) > HOIST_WIDTH):
+            v = self.temp("t", v)
+        return self._remember(key, v)
+
+    def unary(self, op: UnOp, x: Value) -> Value:
+        if x.const is not None:
+            return constant(float(NP_UNARY[op](np.float64(x.const))))
+        zero = x.zero if op in ZERO_PRESERVING else frozenset()
+        if op is UnOp.NEG:
+            return Value(f"-{x.atom if x.prec <= MUL else x.code}", x.axes, x.level, ADD, zero)
+        if op is UnOp.RECIP:
+            return Value(f"1.0 / {x.atom if x.prec <= MUL else x.code}", x.axes, x.level, MUL)
+        arg = x.code if op not in (UnOp.TANH, UnOp.SIGMOID) or x.prec >= MUL else f"({x.code})"
+        return Value(UNARY[op].format(arg), x.axes, x.level,
+                     ADD if op is UnOp.TANH else MUL if op is UnOp.SIGMOID else ATOM, zero)
+
+    def binary(self, op: BinOp, a: Value, b: Value) -> Value:
+        if a.const is not None and b.const is not None:
+            return constant(float(NP_BINARY[op](np.float64(a.const), np.float64(b.const))))
+        axes, level = a.axes | b.axes, max(a.level, b.level)
+        zero = (a.zero | b.zero) if op is BinOp.MUL else a.zero if op is BinOp.DIV \
+            else a.zero & b.zero
+        if op in (BinOp.MAX, BinOp.MIN):
+            fn = "tl.maximum" if op is BinOp.MAX else "tl.minimum"
+            return Value(f"{fn}({a.code}, {b.code})", axes, level, ATOM, zero)
+        sym, prec = INFIX[op]
+        lhs = a.code if a.prec >= prec else f"({a.code})"
+        right_assoc = op in (BinOp.SUB, BinOp.DIV)
+        rhs = b.code if b.prec > prec or (b.prec == prec and not right_assoc) else f"({b.code})"
+        return Value(f"{lhs}{sym}{rhs}", axes, level, prec, zero)
+
+    # -- reads ------------------------------------------------------------------------------
+    def access(self, a: Access, env: dict) -> Value:
+        idx = self.indices(a, env)
+        key = (a.source, idx)
+        if key in self.known:
+            self.used_known.add(key)
+            return self.known[key]
+        hit = self._recall(key)
+        if hit is not None:
+            return hit
+        if isinstance(a.source, Tensor):
+            v = self.load(("in", a.source.name), a.source.name, a.source, idx)
+        else:
+            how = self.policy(a.source)
+            if how == "load":
+                v = self.load(("buf", a.source), self.names[a.source], a.source, idx)
+            elif how == "inline":
+                v = self.inline(a.source, idx)
+            elif how == "reduce":
+                v = self.reduce_row(a.source, idx)
+            else:
+                raise CannotFuse(f"{self.statement(a.source)} read at {idx}")
+        return self._remember(key, v)
+
+    def load(self, key, hint: str, source, idx: tuple) -> Value:
+        checks, never = self.checks(idx, source.bounds())
+        if never:
+            return constant(0.0)
+        self.loaded.append(key)
+        ptr = self.kt.pointer(key, hint)
+        axes = self.axes_of(idx)
+        mask = " & ".join(self.kt.lane_masks(axes) + checks)
+        where = self.kt.address(ptr, idx, source.bounds(), source.shape)
+        level = self.level_of(idx)
+        name = self.kt.fresh(hint)
+        room = WIDTH - 4 * (level + 1) - len(f"{name} = tl.load(, mask=, other=0.0).to(ACC)")
+        where, mask = self.kt.hoist(name, where, mask, room, level)
+        args = f"{where}, mask={mask}, other=0.0" if mask else where
+        self.kt.line(f"{name} = tl.load({args}).to(ACC)", level)
+        return Value(name, axes, level, ATOM, frozenset(axes))
+
+    def inline(self, s: Scope, idx: tuple) -> Value:
+        """The value of map scope ``s`` at iterator values ``idx`` (0 outside its range).
+
+        An iterator bound to a compound index that ``s`` divides or takes a modulus of gets a
+        kernel variable of its own (``uh = h + r - 1``), so the index code stays short."""
+        env, divided = {}, _divided(s)
+        for it, i in zip(s.traversal, idx):
+            if it.name in divided and not (i.is_Integer or i.as_coeff_Add()[1].is_Symbol):
+                lo, hi = self.kt.printer.interval(i)
+                v = self.kt.kvar(it.name, self.kt.printer.code(i), self.axes_of((i,)), lo, hi,
+                                 level=self.level_of((i,)))
+                i = v.symbol
+            env[it.name] = i
+        checks, never = self.checks(idx, s.bounds())
+        if never:
+            return constant(0.0)
+        self.inlined.append(s)
+        self._shared.update({n: c for n, c in _uses(s.body).items() if c > 1})
+        v = self.value(s.body, env)
+        if checks:
+            v = Value(f"tl.where({' & '.join(checks)}, {v.code}, 0.0)", v.axes | self.axes_of(idx),
+                      max(v.level, self.level_of(idx)), ATOM, v.zero)
+        return self.temp(self.names.get(s, "t"), v, self.statement(s))
+
+    def reduce_row(self, s: Scope, idx: tuple) -> Value:
+        """Reduction scope ``s`` at scalar ``idx``: its single summation over the row axis."""
+        if self.row is None or self.axes_of(idx) or len(s.summation) != 1:
+            raise CannotFuse(f"{self.statement(s)} is not a reduction along the row", s)
+        col, extent = self.row
+        (it,) = s.summation
+        if it.extent != extent:
+            raise CannotFuse(f"{self.statement(s)} reduces {it.extent} elements, the row has "
+                             f"{extent}", s)
+        checks, never = self.checks(idx, s.bounds())
+        if never:
+            return constant(0.0)
+        self.inlined.append(s)
+        self._shared.update({n: c for n, c in _uses(s.body).items() if c > 1})
+        env = {t.name: i for t, i in zip(s.traversal, idx)}
+        env[it.name] = it.lo + col.symbol
+        v = self.value(s.body, env)
+        (label,) = col.axes
+        if label not in v.axes:  # constant along the row
+            r = v if s.reduce is not Reduce.SUM else \
+                Value(f"{v.atom if v.prec < MUL else v.code} * {extent}.0", v.axes, v.level, MUL)
+        else:
+            v = self.kt.masked(v, {label}, IDENTITY[s.reduce])
+            r = Value(self.kt.reduce(v.code, s.reduce, 0), v.axes - {label}, v.level)
+        if checks:
+            r = Value(f"tl.where({' & '.join(checks)}, {r.code}, 0.0)", r.axes, r.level)
+        return self.temp(self.names.get(s, "t"), r, self.statement(s))
+
+
+@lru_cache(maxsize=None)
+def _divided(s: Scope) -> frozenset:
+    """Iterators of ``s`` its reads use inside a floor-division or a modulus."""
+    out = set()
+    for a in accesses(s.body):
+        for i in a.indices:
+            for f in sympy.sympify(i).atoms(sympy.floor, sympy.ceiling, sympy.Mod):
+                out |= {sym.name for sym in f.free_symbols}
+    return frozenset(out)
+
+
+def _uses(body: Expr) -> Counter:
+    return Counter(n for n in walk(body) if isinstance(n, (Unary, Binary)))
