@@ -42,13 +42,15 @@ class RegionReport:
     measured: list = field(default_factory=list)      # (rule chain, cost, ok, seconds, reason)
     cached: bool = False                              # decision taken from the disk cache
     model_pick_ratio: float | None = None             # time of the model's top pick / best
+    backend: str = "torch"                            # codegen backend of the chosen kernel
 
     def cache_entry(self) -> dict:
         """What the disk cache keeps: enough to redo the decision without deriving."""
         return {"program": ir.to_text(self.chosen, declarations=True) if self.chosen else None,
                 "rule_chain": list(self.rule_chain), "cost_before": self.cost_before,
                 "cost_after": self.cost_after, "eager_s": self.eager_s,
-                "ollie_s": self.ollie_s, "error": self.error, "decision": self.decision}
+                "ollie_s": self.ollie_s, "error": self.error, "decision": self.decision,
+                "backend": self.backend}
 
     def summary(self) -> str:
         speed = (f", eager {self.eager_s * 1e3:.3f} ms vs ollie {self.ollie_s * 1e3:.3f} ms"
@@ -63,9 +65,9 @@ class RegionReport:
             lines.append("  derivation: taken from the disk cache (no derivation, no measurement)")
         if self.derivation is not None:
             lines.append(f"  derivation: {self.derivation}")
-        for chain, cost, ok, seconds, reason in self.measured:
+        for chain, cost, ok, seconds, note in self.measured:
             lines.append(f"  measured candidate {' → '.join(chain) or '(original)'}: "
-                         + (f"{seconds * 1e3:.3f} ms" if ok else f"rejected, {reason}")
+                         + (f"{seconds * 1e3:.3f} ms ({note})" if ok else f"rejected, {note}")
                          + f" (est. {cost:.3g})")
         if self.chosen is not None:
             lines.append("  rule chain: " + (" → ".join(self.rule_chain) or "(none: original form)"))
@@ -81,7 +83,8 @@ class RegionReport:
                          "the best measured candidate")
         if self.eager_s is not None and self.ollie_s is not None:
             lines.append(f"  measured: eager {self.eager_s * 1e3:.3f} ms, ollie "
-                         f"{self.ollie_s * 1e3:.3f} ms ({self.eager_s / self.ollie_s:.2f}×)")
+                         f"{self.ollie_s * 1e3:.3f} ms ({self.eager_s / self.ollie_s:.2f}×, "
+                         f"{self.backend} backend)")
         lines.append(f"  decision: {self.decision}")
         return "\n".join(lines)
 
@@ -120,7 +123,8 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
         return True
     try:
         report.chosen = ir.parse(entry["program"])
-        kernel = codegen.lower(report.chosen, backend=_backend(options))
+        report.backend = entry.get("backend") or _backend(options)
+        kernel = codegen.lower(report.chosen, backend=report.backend)
         with torch.no_grad():
             out = kernel(*[tensors[n] for n in kernel.input_names])
         report.error = max_relative_error(out, expected)
@@ -153,11 +157,16 @@ def _derive_and_choose(report, region, reference, tensors, expected, options) ->
         report.decision = NOT_CHEAPER
         return
     promising = [c for c in candidates if c.cost < report.cost_before * 0.95]
-    results = measure.measure_candidates(
-        promising, tensors, expected, cap=options.measure_cap_s, backend=_backend(options),
-        record=options.cache, labels={"family": "region", "case": report.root_name})
-    report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds, r.reason)
-                       for r in results]
+    results, labels = [], []
+    for backend in _backends(options, tensors):  # measurement decides between backends too
+        for r in measure.measure_candidates(
+                promising, tensors, expected, cap=options.measure_cap_s, backend=backend,
+                record=options.cache, labels={"family": "region", "case": report.root_name}):
+            results.append(r)
+            labels.append(backend)
+    report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds,
+                        f"{backend}: {r.reason}" if r.reason else backend)
+                       for r, backend in zip(results, labels)]
     winner = measure.best(results)
     timed = [r for r in results if r.ok]
     if timed:  # how good the model's own first choice was: its time over the best measured
@@ -170,6 +179,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options) ->
         return
     report.chosen, report.rule_chain = winner.candidate.program, winner.candidate.rule_chain
     report.cost_after, report.error = winner.candidate.cost, winner.error
+    report.backend = labels[results.index(winner)]
     members = list(region.members)
     env = dict(reference)
 
@@ -194,7 +204,16 @@ def _adopt(report, kernel) -> None:
 
 
 def _backend(options) -> str:
+    """The backend a cached program is lowered with (the first one ``_backends`` tries)."""
     return "torch" if options.backend == "auto" else options.backend
+
+
+def _backends(options, tensors: dict) -> list[str]:
+    """Backends whose lowerings are measured: ``auto`` adds Triton when inputs are on a GPU."""
+    if options.backend != "auto":
+        return [options.backend]
+    on_gpu = any(getattr(t, "is_cuda", False) for t in tensors.values())
+    return ["torch", "triton"] if on_gpu else ["torch"]
 
 
 def _op_name(node) -> str:

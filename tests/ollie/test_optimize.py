@@ -189,3 +189,13 @@ def test_module_level_explain_accepts_plain_functions():
         warnings.simplefilter("error", ollie.OllieWarning)
         text = str(ollie.explain(lambda a, b, c: (a @ b) @ c, *chain_args(64, 32, 4)))
     assert "region" in text
+
+
+def test_triton_backend_runs_through_the_interpreter_on_cpu(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c, backend="triton", measure_cap_s=0.05)
+    a, b, c = chain_args(64, 32, 4)
+    out = f(a, b, c)
+    assert torch.allclose(out, (a @ b) @ c, rtol=1e-4, atol=1e-4)
+    report = f.explain(a, b, c).compiled.regions[0]
+    assert all("triton" in note for *_, note in report.measured)
