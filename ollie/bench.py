@@ -27,12 +27,15 @@ MIN_SAMPLE_S = 5e-3  # calls per timing sample are batched until one sample take
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list of results")
     p.add_argument("--repeat", type=int, default=15, help="timed rounds per case (median)")
-    p.add_argument("--cases", type=_case_list, default=None, metavar="NAME,...",
+    p.add_argument("--cases", default=None, metavar="NAME,...",
                    help="run only these cases: " + ", ".join(c.name for c in CASES))
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply the problem sizes by this factor (e.g. 0.1 for a quick run)")
     p.add_argument("--budget-s", type=float, default=2.0, help="Ollie's derivation budget")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    p.add_argument("--suite", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu: the built-in suite (default); gpu: EinNet's operators at "
+                   "EinNet's sizes on a CUDA device, against max-autotune, with a roofline")
 
 
 def _case_list(text: str) -> list[Case]:
@@ -212,6 +215,15 @@ def run(args, out=None) -> int:
     out = out or sys.stdout
     if args.repeat < 1 or args.scale <= 0:
         raise UsageError("--repeat and --scale must be positive")
+    if getattr(args, "suite", "cpu") == "gpu":
+        from ollie import bench_gpu_run
+        args.cases_text = args.cases
+        return bench_gpu_run.run(args, out)
+    if isinstance(args.cases, str):
+        try:
+            args.cases = _case_list(args.cases)
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(str(e)) from None
     cases = args.cases or CASES
     if not args.no_compile:
         _one_compile_worker()

@@ -136,3 +136,16 @@ def test_demo_explains_checks_and_times(capsys):
     for text in ("captured expression", "rule chain", "chosen program", "max relative error",
                  "speed-up"):
         assert text in out
+
+
+def test_gpu_suite_without_cuda_says_why(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert cli.main(["bench", "--suite", "gpu"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_unknown_bench_case_is_a_usage_error(capsys):
+    assert cli.main(["bench", "--cases", "no_such_case"]) == 2
+    assert "unknown case" in capsys.readouterr().err
