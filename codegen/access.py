@@ -26,10 +26,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import sympy
 
 from ir.interpreter import Interpreter
-from ir.nodes import Access, index_iterators
+from ir.nodes import Access, affine_terms, index_iterators
 
 # Numeric affinity checks of floor/mod index groups evaluate the group's whole grid; beyond
 # this many points the read is a gather instead.
@@ -96,22 +95,6 @@ class GatherRead:
 
 
 ReadPlan = ZeroRead | SliceRead | StridedRead | FlatRead | GatherRead
-
-
-def affine_terms(e: sympy.Expr) -> tuple[dict[str, int], int] | None:
-    """``({iterator: coefficient}, constant)`` if ``e`` is affine with integer coefficients."""
-    coeffs: dict[str, int] = {}
-    const = 0
-    for term, c in sympy.expand(e).as_coefficients_dict().items():
-        if not c.is_Integer:
-            return None
-        if term == 1:
-            const += int(c)
-        elif term.is_Symbol:
-            coeffs[term.name] = coeffs.get(term.name, 0) + int(c)
-        else:
-            return None
-    return {k: v for k, v in coeffs.items() if v}, const
 
 
 def plan_read(access: Access, ranges: dict[str, tuple[int, int]],

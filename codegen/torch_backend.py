@@ -25,18 +25,18 @@ from __future__ import annotations
 import builtins
 import keyword
 import math
-import re
 
 import numpy as np
 
 from codegen.instantiate import instantiate, softmax_call, softmax_chains
 from codegen.kernel import Kernel
+from codegen.names import fresh_identifier
 from codegen.products import einsum_spec, plan_matmul
 from codegen.torch_expr import (
     EXTREMUM, PRODUCT, BodyEmitter, Value, aligned, int_list, number, permuted, shape_literal,
 )
 from ir.nodes import Access, Binary, BinOp, Expr, Reduce, Scope, Tensor, Unary, free_iterators
-from ir.nodes import inputs as input_tensors, sub_scopes, walk
+from ir.nodes import inputs as input_tensors, product_factors, sub_scopes, walk
 from ir.printer import statement_text
 
 CHUNK_LIMIT = 1 << 26  # elements of the largest temporary a reduction may materialise
@@ -51,12 +51,6 @@ def lower(scope: Scope) -> Kernel:
     writer = KernelWriter(scope)
     return Kernel(scope, "torch", writer.input_names, writer.source, "kernel", writer.forms,
                   writer.index_arrays)
-
-
-def product_factors(e: Expr) -> list[Expr]:
-    if isinstance(e, Binary) and e.op is BinOp.MUL:
-        return product_factors(e.lhs) + product_factors(e.rhs)
-    return [e]
 
 
 def plan_chunk(s: Scope, limit: int | None = None) -> tuple[str, int] | None:
@@ -142,15 +136,7 @@ class KernelWriter:
     # -- services for BodyEmitter --------------------------------------------------------------
     def fresh(self, hint: str) -> str:
         """A new identifier like ``hint``."""
-        base = re.sub(r"\W", "_", hint) or "t"
-        if base[0].isdigit():
-            base = "_" + base
-        name, n = base, 1
-        while name in self.taken:
-            n += 1
-            name = f"{base}{n}" if not base[-1].isdigit() else f"{base}_{n}"
-        self.taken.add(name)
-        return name
+        return fresh_identifier(hint, self.taken)
 
     def source_var(self, source: Tensor | Scope) -> str:
         if isinstance(source, Tensor):

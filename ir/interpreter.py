@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ir.nodes import Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, UnOp, Unary
+from ir.nodes import (
+    Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, UnOp, Unary, product_factors,
+)
 
 BINARY = {
     BinOp.ADD: np.add, BinOp.SUB: np.subtract, BinOp.MUL: np.multiply,
@@ -166,7 +168,7 @@ class Interpreter:
             out_labels = tuple(it.name for it in s.traversal)
             sum_labels = tuple(it.name for it in s.summation)
             if s.reduce is Reduce.SUM:
-                factors = [self.expr(f) for f in _product_factors(s.body)]
+                factors = [self.expr(f) for f in product_factors(s.body)]
                 result = self._einsum(factors, out_labels, sum_labels)
             else:
                 body = self.expr(s.body)
@@ -209,13 +211,6 @@ class Interpreter:
         if arr.size == 0 and any(full_shape[a] == 0 for a in axes):
             return np.zeros(full_shape[:len(out)], dtype=self.dtype)
         return arr.max(axis=axes) if op is Reduce.MAX else arr.min(axis=axes)
-
-
-def _product_factors(e: Expr) -> list[Expr]:
-    """The factors of the product tree at the top of ``e`` (``[e]`` if it is no product)."""
-    if isinstance(e, Binary) and e.op is BinOp.MUL:
-        return _product_factors(e.lhs) + _product_factors(e.rhs)
-    return [e]  # any other node is one labelled factor
 
 
 def evaluate(e: Scope, env: dict[str, np.ndarray], dtype=np.float64) -> np.ndarray:

@@ -216,6 +216,30 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
+def product_factors(e: Expr) -> list[Expr]:
+    """The factors of the product tree at the top of ``e`` (``[e]`` if it is no product)."""
+    if isinstance(e, Binary) and e.op is BinOp.MUL:
+        return product_factors(e.lhs) + product_factors(e.rhs)
+    return [e]
+
+
+def affine_terms(e: sympy.Expr) -> tuple[dict[str, int], int] | None:
+    """``({iterator: coefficient}, constant)`` if ``e`` is affine with integer coefficients
+    (zero coefficients dropped), else None (floor, mod, products of iterators)."""
+    coeffs: dict[str, int] = {}
+    const = 0
+    for term, c in sympy.expand(e).as_coefficients_dict().items():
+        if not c.is_Integer:
+            return None
+        if term == 1:
+            const += int(c)
+        elif term.is_Symbol:
+            coeffs[term.name] = coeffs.get(term.name, 0) + int(c)
+        else:
+            return None
+    return {k: v for k, v in coeffs.items() if v}, const
+
+
 def walk(e: Expr):
     """Yield every body node under ``e`` (pre-order), not descending into accessed scopes."""
     yield e

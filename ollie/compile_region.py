@@ -17,7 +17,7 @@ import ir
 from derivations import Budget, derive
 from ollie import cache, measure
 from ollie import cost as cost_model
-from ollie.plan import max_relative_error, median_times, run_node, tolerance
+from ollie.plan import interleaved_times, max_relative_error, run_node, tolerance
 
 
 @dataclass
@@ -189,9 +189,9 @@ def _derive_and_choose(report, region, reference, tensors, expected, options) ->
 
     inputs = [tensors[n] for n in winner.kernel.input_names]
     with torch.no_grad():
-        report.eager_s, report.ollie_s = median_times(
+        (report.eager_s, eager_best), (report.ollie_s, ollie_best) = interleaved_times(
             [eager_region, lambda: winner.kernel(*inputs)], budget_s=options.measure_cap_s)
-    if report.ollie_s >= report.eager_s:
+    if ollie_best >= eager_best:
         report.decision = NOT_FASTER
         return
     _adopt(report, winner.kernel)

@@ -12,7 +12,7 @@ import functools
 import inspect
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 

@@ -100,12 +100,13 @@ def max_relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / scale if diff == diff else float("inf")  # NaN counts as a failure
 
 
-def median_times(fns: list[Callable[[], Any]], budget_s: float = 0.5, min_rounds: int = 5,
-                 max_rounds: int = 100) -> list[float]:
-    """Median seconds of each function, timed in interleaved rounds after a warm-up.
+def interleaved_times(fns: list[Callable[[], Any]], budget_s: float = 0.5, min_rounds: int = 5,
+                      max_rounds: int = 100) -> list[tuple[float, float]]:
+    """(median, best) seconds of each function, timed in interleaved rounds after a warm-up.
 
     Interleaving makes every function see the same background load, so their ratio is
-    meaningful on a noisy shared machine even when absolute times are not.
+    meaningful on a noisy shared machine even when absolute times are not; the best time is
+    what contention cannot inflate, so decisions compare best times.
     """
     for fn in fns:
         fn()
@@ -118,4 +119,4 @@ def median_times(fns: list[Callable[[], Any]], budget_s: float = 0.5, min_rounds
             fn()
             ts.append(time.perf_counter() - t0)
         rounds += 1
-    return [statistics.median(ts) for ts in times]
+    return [(statistics.median(ts), min(ts)) for ts in times]

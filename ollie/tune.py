@@ -324,8 +324,8 @@ def build_default(n_cases: int = 1200, budget_s: float = 270, seed: int = 0,
     DEFAULT_DATASET.parent.mkdir(parents=True, exist_ok=True)
     plain = DEFAULT_DATASET.with_suffix("")  # default_dataset.jsonl, compressed at the end
     plain.unlink(missing_ok=True)
-    records = generate(n_cases, seed, budget_s=budget_s, out=plain, progress=progress,
-                       threads=1, derived=2, derive_every=4)
+    generate(n_cases, seed, budget_s=budget_s, out=plain, progress=progress,
+             threads=1, derived=2, derive_every=4)
     with open(plain, "rb") as src, gzip.GzipFile(DEFAULT_DATASET, "wb", mtime=0) as dst:
         shutil.copyfileobj(src, dst)
     plain.unlink()

@@ -22,22 +22,18 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from codegen.access import affine_terms
 from codegen.triton.emitter import TileEmitter
 from codegen.triton.text import KernelText, Value, number
 from codegen.triton.indexing import MUL
 from codegen.triton.kernels import KernelPlan, decode, describe, epilogue, store
-from ir.nodes import Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, free_iterators
+from ir.nodes import (
+    Access, BinOp, Const, Expr, Iter, Reduce, Scope, affine_terms, free_iterators,
+    product_factors,
+)
 from ir.patterns import match_g2bmm, match_gbmm
 
 DOT_MIN = 4      # smallest output extent on each side worth a tl.dot tile
 MAX_FACTORS = 6  # products with more factors are not split into sides
-
-
-def product_factors(e: Expr) -> list[Expr]:
-    if isinstance(e, Binary) and e.op is BinOp.MUL:
-        return product_factors(e.lhs) + product_factors(e.rhs)
-    return [e]
 
 
 def _factors(r: Scope) -> tuple[list[Expr], float] | None:

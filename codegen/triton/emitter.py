@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import sympy
 
-from codegen.triton.indexing import ADD, ATOM, MUL
+from codegen.triton.indexing import ADD, ATOM, MUL, KVar
 from codegen.triton.text import WIDTH, KernelText, Value, constant
 from ir.interpreter import BINARY as NP_BINARY, UNARY as NP_UNARY
 from ir.nodes import (

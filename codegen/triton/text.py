@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from codegen.triton.indexing import ADD, ATOM, MUL, IndexPrinter, KVar
+from codegen.names import fresh_identifier
 from ir.nodes import Reduce
 
 RESERVED = {"tl", "triton", "pid", "acc", "ACC", "float", "_sum_combine", "_max_combine",
@@ -114,14 +115,7 @@ class KernelText:
         return len(self.blocks) - 1
 
     def fresh(self, hint: str) -> str:
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "t"
-        base = "_" + base if base[0].isdigit() else base
-        name, n = base, 1
-        while name in self.taken:
-            n += 1
-            name = f"{base}{n}" if not base[-1].isdigit() else f"{base}_{n}"
-        self.taken.add(name)
-        return name
+        return fresh_identifier(hint, self.taken)
 
     def line(self, text: str, level: int | None = None) -> None:
         self.blocks[self.level if level is None else level].append(text)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from ir.nodes import Access, Binary, BinOp, Const, Expr, Scope, walk
+from ir.nodes import Access, Binary, BinOp, Const, Expr, Scope, affine_terms, walk
 
 TRAVERSAL, SUMMATION = "traversal", "summation"
 
@@ -112,17 +112,10 @@ class IteratorTable:
 
 def parse_affine(e: sympy.Expr, order: dict[str, int] | None = None) -> Affine | None:
     """``e`` as an ``Affine`` with integer coefficients, or None (floor, mod, products)."""
-    terms: dict[str, int] = {}
-    const = 0
-    for term, c in sympy.expand(e).as_coefficients_dict().items():
-        if not c.is_Integer:
-            return None
-        if term == 1:
-            const += int(c)
-        elif term.is_Symbol:
-            terms[term.name] = terms.get(term.name, 0) + int(c)
-        else:
-            return None
+    parsed = affine_terms(e)
+    if parsed is None:
+        return None
+    terms, const = parsed
     order = order or {}
     kept = sorted(((n, c) for n, c in terms.items() if c), key=lambda t: (order.get(t[0], 0), t[0]))
     return Affine(tuple(kept), const)

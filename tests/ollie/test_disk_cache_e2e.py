@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
-    import json, os, statistics, sys, time, torch
+    import json, os, sys, time, torch
     import ollie, ollie.compile_region as cr
 
     if os.environ.get("FORBID_DERIVE"):
@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
         cr.measure.measure_candidates = forbidden
 
     torch.manual_seed(0)
-    a, b, c = torch.randn(96, 128), torch.randn(128, 128), torch.randn(128, 4)
+    a, b, c = torch.randn(256, 512), torch.randn(512, 512), torch.randn(512, 4)  # 40x fewer flops
     f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
     out = f(a, b, c)
     region = f.explain(a, b, c).compiled.regions[0]
@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent("""
     for _ in range(200):
         for name, fn in (("direct", direct), ("wrapped", wrapped)):
             t0 = time.perf_counter(); fn(); best[name].append(time.perf_counter() - t0)
-    overhead = statistics.median(best["wrapped"]) - statistics.median(best["direct"])
+    overhead = min(best["wrapped"]) - min(best["direct"])  # best times: robust to load
     print(json.dumps({"cached": region.cached, "decision": region.decision, "error": err,
                       "overhead_s": overhead}))
 """)
