@@ -37,11 +37,13 @@ from collections import Counter
 
 import sympy
 
+from ir.canonical import fingerprint
 from ir.nodes import (
     Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Tensor, UnOp, Unary, accesses,
     iterator_symbol, sub_scopes,
 )
 from ir.errors import IRError
+from derivations.index_rules import fresh_name
 from derivations.term import Term
 
 __all__ = ["Encoding", "EncodeError", "encode", "decode"]
@@ -67,6 +69,10 @@ class Encoding:
         self._renamed: dict[tuple, Term] = {}
         self._decoded: dict[tuple, Scope] = {}
         self._interned: dict[Scope, Scope] = {}
+        self._keep = False                        # derived mode: keep the scopes' names
+        self.new_names: list[str] = []            # names registered by derived encodes
+        self._alpha: dict[str, Scope] = {}        # fingerprint -> first derived scope
+
 
     # -- encode ----------------------------------------------------------------------------
     def encode(self, root: Scope) -> Term:
@@ -80,6 +86,35 @@ class Encoding:
         term = self._scope(root, None)
         self.root_order = self._order(term)
         return term
+
+    def encode_derived(self, root: Scope) -> Term:
+        """The term of ``root``, a scope a rule derived from decoded scopes: iterator names
+        are *kept* (a name keeps one range: an iterator whose name is known with another
+        range, or that a by-name read would capture, gets a name derived from both), so
+        a rule's result meets the e-class it came from and equal results meet each other."""
+        saved = self._refs, self._positional, self._renamed, self._keep
+        self._refs, self._positional, self._renamed, self._keep = Counter(), {}, {}, True
+        try:
+            for s in sub_scopes(root):
+                for a in accesses(s.body):
+                    if isinstance(a.source, Scope):
+                        self._refs[id(a.source)] += 1
+            return self._scope(root, None)
+        finally:
+            self._refs, self._positional, self._renamed, self._keep = saved
+
+    def _kept(self, it: Iter, taken: frozenset[str] = frozenset()) -> str:
+        """Derived mode: ``it``'s own name unless it names another range or is ``taken``."""
+        name = it.name
+        if name in taken or (name in self.iters and (self.iters[name].lo, self.iters[name].hi)
+                             != (it.lo, it.hi)):
+            name = fresh_name(it.name, it.name, it.lo, it.hi, sorted(taken & {it.name}))
+        if name not in self.iters:
+            self.iters[name] = Iter(name, it.lo, it.hi)
+            self.position[name] = len(self.position)
+            self.new_names.append(name)
+        assert (self.iters[name].lo, self.iters[name].hi) == (it.lo, it.hi), (name, it)
+        return name
 
     def _fresh(self, it: Iter) -> str:
         """A new unique name for ``it`` (its own if still free), remembered with its range."""
@@ -98,9 +133,12 @@ class Encoding:
             return memo[key]
         env: dict[str, str] = {}
         for k, it in enumerate(s.traversal):
-            env[it.name] = self._fresh(it) if out is None else out[k]
+            if out is not None:
+                env[it.name] = out[k]
+            else:
+                env[it.name] = self._kept(it) if self._keep else self._fresh(it)
         for it in s.summation:
-            env[it.name] = self._fresh(it)
+            env[it.name] = self._kept(it, frozenset(out or ())) if self._keep else self._fresh(it)
         trav = frozenset(env[it.name] for it in s.traversal)
         sums = frozenset(env[it.name] for it in s.summation)
         if len(trav) != len(s.traversal) or len(env) != len(s.traversal) + len(s.summation):
@@ -146,6 +184,8 @@ class Encoding:
             return self._positional_access(Term("tensor", (src.name,)), idx)
         if self._refs[id(src)] == 1 and self._plain(idx, src):
             return Term("use", (self._scope(src, tuple(i.name for i in idx)),))
+        if self._keep:  # a derived scope read positionally: the first one alpha-equal to it
+            src = self._alpha.setdefault(fingerprint(src), src)
         inner = self._scope(src, None)
         return self._positional_access(Term("scope", (inner, self._order(inner))), idx)
 

@@ -21,6 +21,7 @@ chain does not already contain: the rules whose firings produced the chosen form
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,8 +34,12 @@ from ir.errors import IRError
 from ir.equiv import compare
 from ir.nodes import Scope, sub_scopes
 from derivations.encode import Encoding, encode
+from derivations.guided import guide as default_guide, operators
+from derivations.index_pass import Guide, IndexPass
+from derivations.index_rules import IndexRule
 from derivations.lang import Iterator, Root
 from derivations.rules import Rules, default_rulesets
+from derivations.rules.index import default_index_rules
 from derivations.schedule import Budget, Report, run_rulesets
 from derivations.term import SCOPE_OPS, Term, to_egglog
 from derivations.view import ENode, Ref, View, load
@@ -50,6 +55,7 @@ class Candidate:
     cost: float
     rule_chain: tuple[str, ...]
     verified: bool | None  # True: equals the original on random inputs; None: too big to check
+    operators: tuple[str, ...] = ()  # what each scope instantiates (``ir.patterns.classify``)
 
 
 @dataclass
@@ -101,7 +107,7 @@ class Derivation:
 
     def _candidate(self, program, chain, cost, verified) -> Candidate:
         total = float(sum(cost(s) for s in sub_scopes(program)))
-        return Candidate(program, total, tuple(chain), verified)
+        return Candidate(program, total, tuple(chain), verified, operators(program))
 
     def _check(self, cand: Candidate) -> Candidate | None:
         """``cand`` marked checked, or None (and reported in ``rejected``) if it is wrong."""
@@ -113,20 +119,31 @@ class Derivation:
             if self._checked[key][0] is False:
                 self.rejected.append((cand.program, self._checked[key][1]))
         ok = self._checked[key][0]
-        return None if ok is False else Candidate(cand.program, cand.cost, cand.rule_chain, ok)
+        return None if ok is False else dataclasses.replace(cand, verified=ok)
 
 
-def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] | None = None) -> Derivation:
-    """Put ``expr`` in an e-graph and run ``rulesets`` (default: the algebra) under ``budget``."""
+def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] | None = None,
+           index_rules: tuple[IndexRule, ...] | None = None,
+           guide: Guide | None = default_guide) -> Derivation:
+    """Put ``expr`` in an e-graph and run ``rulesets`` and ``index_rules`` under ``budget``.
+
+    Defaults: the algebra and every index rule (explorative, steered by ``guide``, plus the
+    layout rules); when ``rulesets`` is given and ``index_rules`` is not, no index rules run
+    (a run of chosen egglog rulesets stays just that). ``guide=None`` explores unsteered.
+    """
     term, enc = encode(expr)
     egraph = EGraph()
     # Only plain relations before the term, and nothing after it: egglog-python hoists shared
     # container values (Set, MultiSet) into global lets, and a let made in one command can be
-    # stale in a later one (it then names another container). Rules have no such lets.
+    # stale in a later one (it then names another container). Rules have no such lets, and
+    # the index pass adds its terms as egglog text, bypassing egglog-python (index_pass).
     egraph.register(*(Iterator(name) for name in enc.iters))
     egraph.register(Root(to_egglog(term)))
     chosen = default_rulesets() if rulesets is None else tuple(rulesets)
-    report = run_rulesets(egraph, chosen, budget)
+    if index_rules is None:
+        index_rules = default_index_rules() if rulesets is None else ()
+    index = IndexPass(enc, tuple(index_rules), guide) if index_rules else None
+    report = run_rulesets(egraph, chosen, budget, index)
     return Derivation(expr, term, enc, egraph, report)
 
 

@@ -1,8 +1,10 @@
 """Running rulesets under a budget, one iteration at a time.
 
 One iteration = the facts rulesets the chosen rulesets need, run to saturation (they only
-add facts, bounded by the e-graph's size), then each explorative ruleset once. The loop
-stops when an iteration changes nothing (saturated) or when a budget would be exceeded.
+add facts, bounded by the e-graph's size), then each explorative ruleset once, then one
+pass of the index rules (:mod:`derivations.index_pass`) over the scope e-nodes not seen
+yet. The loop stops when an iteration changes nothing (saturated) or when a budget would be
+exceeded.
 
 Budgets are checked between iterations, against the current size and time *plus* what the
 last iteration added, so an iteration that is expected to cross a line is not started.
@@ -10,17 +12,23 @@ Nodes: an iteration that might cross the node budget (the first one, any past ha
 budget, any that would cross it growing 4x as much as the last) runs after ``push()`` and
 is undone with ``pop()`` if it did cross it. (Snapshots are not taken on every iteration:
 egglog cannot drop one without restoring it.) Time cannot be undone, so the time budget
-holds up to one iteration; iterations stay short because no rule invents iterators, so one
-iteration grows the e-graph by a bounded factor.
+holds up to one iteration; iterations stay short because egglog rules invent no iterators
+and index rules name the ones they invent after what they stand for (equal results meet),
+so one iteration grows the e-graph by a bounded factor.
 """
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from egglog import EGraph, run, seq
 
 from derivations.rules import Rules
+
+if TYPE_CHECKING:
+    from derivations.index_pass import IndexPass
 
 __all__ = ["Budget", "Report", "run_rulesets", "egraph_size"]
 
@@ -47,12 +55,15 @@ class Report:
     facts: int = 0                   # rows of facts tables (fv, outer_of, made_by, ...)
     classes: int | None = None       # e-classes (known once the e-graph is serialized)
     firings: dict[str, int] = field(default_factory=dict)   # rule name -> matches applied
-    rulesets: tuple[str, ...] = ()
+    rulesets: tuple[str, ...] = ()   # egglog rulesets, then index rules
+    index_seconds: float = 0.0       # of ``seconds``: spent in index-rule passes
+    errors: list[str] = field(default_factory=list)   # index rules that raised (skipped)
 
     def __str__(self) -> str:
         fired = ", ".join(f"{k}={v}" for k, v in sorted(self.firings.items()) if v)
         classes = "" if self.classes is None else f", {self.classes} classes"
-        return (f"{self.stop} after {self.iterations} iterations in {self.seconds:.3f}s: "
+        index = f" ({self.index_seconds:.3f}s in index rules)" if self.index_seconds else ""
+        return (f"{self.stop} after {self.iterations} iterations in {self.seconds:.3f}s{index}: "
                 f"{self.nodes} e-nodes{classes}, {self.facts} facts; fired: {fired or 'nothing'}")
 
 
@@ -82,19 +93,22 @@ def _facts_of(rulesets: tuple[Rules, ...]) -> list[Rules]:
     return out
 
 
-def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget) -> Report:
-    """Run ``rulesets`` on ``egraph`` until saturated or a budget stops it."""
+def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
+                 index: "IndexPass | None" = None) -> Report:
+    """Run ``rulesets`` (and the index rules of ``index``, after each egglog step) on
+    ``egraph`` until saturated or a budget stops it."""
     explore = [r for r in rulesets if not r.analysis]
     facts = _facts_of(tuple(rulesets))
     parts = [run(r.ruleset).saturate() for r in facts] + [run(r.ruleset) for r in explore]
     step = seq(*parts) if parts else None
-    report = Report(rulesets=tuple(r.name for r in rulesets))
+    report = Report(rulesets=tuple(r.name for r in rulesets)
+                    + tuple(r.name for r in (index.rules if index else ())))
     report.nodes, report.facts = egraph_size(egraph)
     start = time.perf_counter()
     last_seconds, last_growth = 0.0, 0
     while True:
         elapsed = time.perf_counter() - start
-        if step is None:
+        if step is None and index is None:
             report.stop = "saturated"
         elif report.nodes + last_growth > budget.nodes or report.nodes >= budget.nodes:
             report.stop = "nodes"
@@ -108,20 +122,33 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget) ->
                  or report.nodes + 4 * last_growth > budget.nodes)  # might cross the budget
         if risky:
             egraph.push()
+            snap = index.snapshot() if index else None
         t0 = time.perf_counter()
-        result = egraph.run(step)
+        updated, firings = False, Counter()
+        if step is not None:
+            result = egraph.run(step)
+            updated = result.updated
+            for decl, n in result.num_matches_per_rule.items():
+                firings[getattr(decl, "name", None) or "unnamed"] += n
+        if index is not None:
+            passed = index.run(egraph, deadline=start + budget.seconds)
+            updated = updated or passed.unions > 0 or not passed.complete
+            firings.update(passed.firings)
+            report.index_seconds += passed.seconds
+            report.errors.extend(passed.errors)
         last_seconds = time.perf_counter() - t0
         nodes, facts = egraph_size(egraph)
         if risky and nodes > budget.nodes:
             egraph.pop()  # undo the iteration that crossed the budget
+            if index is not None:
+                index.restore(snap)
             report.stop = "nodes"
             break
         report.iterations += 1
-        for decl, n in result.num_matches_per_rule.items():
-            name = getattr(decl, "name", None) or "unnamed"
+        for name, n in firings.items():
             report.firings[name] = report.firings.get(name, 0) + n
         last_growth, report.nodes, report.facts = nodes - report.nodes, nodes, facts
-        if not result.updated:
+        if not updated:
             report.stop = "saturated"
     report.seconds = time.perf_counter() - start
     return report

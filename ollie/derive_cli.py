@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 import ir
-from ollie.classify import operators
 from ollie.torch_expr import build as build_torch
 
 
@@ -115,16 +114,35 @@ def derive_candidates(expr: ir.Scope, budget_s: float, nodes: int, k: int):
 def derive_expression(expr: ir.Scope, budget_s: float, nodes: int, k: int) -> dict:
     """Derive and return the result as plain data (the ``--json`` object)."""
     candidates, report, seconds, cost = derive_candidates(expr, budget_s, nodes, k)
-    return {
+    result = {
         "expression": ir.to_text(expr),
-        "operators": operators(expr),
+        "operators": list(instantiated(expr)),
         "cost": ir.program_cost(expr, cost),
-        "candidates": [{"program": ir.to_text(c.program), "operators": operators(c.program),
-                        "rule_chain": list(c.rule_chain), "cost": float(c.cost)}
+        "candidates": [{"program": ir.to_text(c.program), "operators": list(c.operators),
+                        "rule_chain": list(c.rule_chain), "cost": float(c.cost),
+                        "verified": c.verified}
                        for c in candidates],
         "egraph": report_dict(report),
         "seconds": round(seconds, 4),
     }
+    result["summary"] = summary(result)
+    return result
+
+
+def instantiated(program: ir.Scope) -> tuple[str, ...]:
+    """What each scope of ``program`` instantiates (``ir.patterns.classify``: matmul, conv,
+    g2bmm, ..., eoperator), dependencies first: the same names candidates carry."""
+    from derivations.guided import operators as derived_operators
+    return derived_operators(program)
+
+
+def summary(result: dict) -> str:
+    """One line: e-graph size, seconds, the chosen candidate's rule chain and operators."""
+    best = result["candidates"][0] if result["candidates"] else None
+    chain = " → ".join(best["rule_chain"]) if best and best["rule_chain"] else "(original)"
+    ops = " + ".join(best["operators"]) if best else "-"
+    return (f"e-graph {egraph_summary(result['egraph'])}; {result['seconds']:.2f} s; "
+            f"chosen: {chain}; operators: {ops}")
 
 
 def _indent(text: str, n: int = 4) -> str:
@@ -157,8 +175,12 @@ def format_result(result: dict) -> str:
              f"estimated cost {result['cost']:.4g}", "",
              f"derived {len(result['candidates'])} candidate(s) in {result['seconds']:.2f} s "
              f"(e-graph: {egraph_summary(result['egraph'])})"]
+    if result.get("summary"):
+        lines.append(f"summary: {result['summary']}")
     for n, c in enumerate(result["candidates"], 1):
-        lines += ["", f"#{n}  cost {c['cost']:.4g} ({relative(c['cost'], result['cost'])})",
+        checked = {True: "checked", False: "failed", None: "too big to check"}[c.get("verified")]
+        lines += ["", f"#{n}  cost {c['cost']:.4g} ({relative(c['cost'], result['cost'])}; "
+                      f"{checked})",
                   _indent(c["program"]),
                   f"    operators: {' + '.join(c['operators'])}",
                   f"    rule chain: {' → '.join(c['rule_chain']) or '(none: the original form)'}"]

@@ -2,7 +2,9 @@
 
 A :class:`Rules` is one egglog ruleset plus what the schedule and the reports need to know
 about it. *Facts* rulesets (``analysis=True``) only add facts (free iterators, partitions)
-and are run to saturation before every iteration; the others add new forms.
+and are run to saturation before every iteration; the others add new forms. Index rules
+(Python over ``ir``, for what needs index arithmetic) are listed in
+:mod:`derivations.rules.index`.
 """
 from __future__ import annotations
 

@@ -6,6 +6,10 @@ with globally unique iterator names (see :mod:`derivations.encode`). ``use(W)`` 
 records, in ``made_by``, the rule chain from an encoded node to the node it creates (for
 ``explain``). Neither rule invents an iterator, so the e-graph stays finite.
 
+Only contractions (``K`` nonempty) are inlined here: a scope without summation (a map, a
+layout eOperator) is inlined by the index rule ``inline_read``, under guidance that keeps
+instantiated operators intact (:mod:`derivations.guided`).
+
 Together the two rules reassociate contraction chains: ``(A@B)@C`` is inlined to
 ``sum[j,k] A*B*C`` and split by ``j`` into ``A@(B@C)``; splitting a product by a summation
 iterator that only some factors read moves the sum inward past the others
@@ -13,7 +17,7 @@ iterator that only some factors read moves the sum inward past the others
 """
 from __future__ import annotations
 
-from egglog import MultiSet, Set, String, UnstableFn, eq, rule, ruleset, set_, union
+from egglog import MultiSet, Set, String, UnstableFn, eq, ne, rule, ruleset, set_, union
 
 from derivations.lang import EBody, EScope, inner_fv, made_by, outer_of
 from derivations.rules import Rules
@@ -26,10 +30,11 @@ EMPTY = Set[String].empty()
 @ruleset
 def _inline(out: Set[String], sums: Set[String], fs: E, f: EBody, w: EScope, wout: Set[String],
             wsums: Set[String], wfs: E, chain: String):
-    # sum[S] W[o] * F  =  sum[S+K] G * F     where W[o] = sum[K] G and K is disjoint from o, S
+    # sum[S] W[o] * F  =  sum[S+K] G * F     where W[o] = sum[K] G, K nonempty, disjoint from o, S
     new = (out, sums | wsums, fs.remove(f) + wfs)
     yield rule(eq(chain).to(made_by(out, sums, fs)), eq(f).to(EBody.use(w)), fs.contains(f),
                eq(w).to(EScope.sum(wout, wsums, wfs)), eq(wsums & (out | sums)).to(EMPTY),
+               ne(wsums).to(EMPTY),
                name="inline").then(
         union(EScope.sum(out, sums, fs)).with_(EScope.sum(*new)),
         set_(made_by(*new)).to(chain + " inline"))

@@ -1,0 +1,135 @@
+"""Guided derivation: iterator-table matching (``ir.patterns``) steers the index rules.
+
+EinNet's guided rules aim explorative ones at *instantiable* forms: a derivation pays off
+when it leaves a library operator (Matmul, BatchMatmul, Conv, G2BMM, GBMM) plus memory-bound
+eOperators. Here that is a filter on the results of every index rule (:class:`Guide`):
+
+* rules that branch (a result per subset of summation iterators, per range, per factor, per
+  pair of dims: :data:`STEERED`) keep only results that create a scope matching a target
+  operator and reading more plainly (:func:`index_complexity`) than the scope rewritten --
+  a conv's windows becoming a Matmul, a dilated band a dense one, never a Matmul reshaped;
+* the algebra of sums and products (:data:`ALGEBRA`: canonical forms) is kept as is;
+* the rest (inlining) keeps results that destroy no library operator, or whose loss one
+  steered step repays with at most half the iteration points (inlining a zero-upsample into
+  the conv reading it loses the conv, but the Matmul it enables skips the zeros; inlining a
+  layout eOperator back into the dense operator it feeds is never kept).
+
+Iterator tables make this cheap and blind to names, sizes and dim order. ``operators``
+names what each scope of a program instantiates (``classify``), for candidates and reports.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import sympy
+
+from ir.analysis import iteration_points
+from ir.nodes import Scope, accesses, sub_scopes
+from ir.patterns import classify
+from derivations.index_rules import IndexRule
+
+__all__ = ["TARGETS", "STEERED", "ALGEBRA", "operators", "library_count", "index_complexity", "Guide",
+           "guide"]
+
+TARGETS = frozenset({"matmul", "batch_matmul", "conv", "g2bmm", "gbmm"})
+# Rules that branch (a result per subset, per factor, per dim pair): kept only when they
+# instantiate an operator.
+STEERED = frozenset({"substitute", "tighten", "relax", "split_iterator", "layout_split",
+                     "layout_merge", "layout_permute", "merge_traversal", "densify"})
+# The algebra of sums and products: canonical forms that converge on their own; what they
+# undo (two Matmuls fused into one sum) is what factoring needs (A@B + A@C = A@(B+C)).
+ALGEBRA = frozenset({"split_terms", "fuse_terms", "hoist", "distribute", "factor"})
+
+_CLASS: dict[Scope, str] = {}
+
+
+def _classify(s: Scope) -> str:
+    hit = _CLASS.get(s)
+    if hit is None:
+        if len(_CLASS) > 100_000:
+            _CLASS.clear()
+        hit = _CLASS[s] = classify(s)
+    return hit
+
+
+def operators(program: Scope) -> tuple[str, ...]:
+    """The operator class of every scope of ``program``, dependencies first."""
+    return tuple(_classify(s) for s in sub_scopes(program))
+
+
+def library_count(program: Scope) -> int:
+    return sum(op in TARGETS for op in operators(program))
+
+
+def index_complexity(s: Scope) -> int:
+    """How far a scope's reads are from plain: per index, +1 per iterator or constant beyond
+    a lone iterator, + |coefficient| - 1 per iterator, +4 per floor or mod."""
+    total = 0
+    for a in accesses(s.body):
+        for i in a.indices:
+            i = sympy.expand(sympy.sympify(i))
+            terms = sympy.Add.make_args(i)
+            total += max(len(terms) - 1, 0)
+            for t in terms:
+                coeff, rest = t.as_coeff_Mul()
+                if rest.is_Symbol:
+                    total += abs(int(coeff)) - 1 if coeff.is_Integer else 4
+                elif not t.is_Number:
+                    total += 4
+    return total
+
+
+class Guide:
+    """The filter the index pass applies to each rule's results (see the module doc)."""
+
+    def __init__(self, rules: Iterable[IndexRule] = ()):
+        self.steered = tuple(r for r in rules if r.name in STEERED)
+
+    def __call__(self, rule: IndexRule, scope: Scope, results: list[Scope]) -> list[Scope]:
+        before = set(sub_scopes(scope))
+        # a library scope is progress when it reads more plainly than the scope it came from
+        # (a conv's windows -> a Matmul; a dilated band -> a dense one); any, from the rest
+        bar = index_complexity(scope) if _classify(scope) in TARGETS else float("inf")
+        kept = []
+        for r in results:
+            after = set(sub_scopes(r))
+            added = [s for s in after - before if s is not r] + [r]
+            if any(_classify(s) in TARGETS and index_complexity(s) < bar for s in added):
+                kept.append(r)
+                continue
+            if rule.name in STEERED:
+                continue
+            if rule.name in ALGEBRA:
+                kept.append(r)
+                continue
+            lost = [s for s in before - after if s is not scope and _classify(s) in TARGETS]
+            if _classify(scope) in TARGETS and _classify(r) not in TARGETS:
+                lost.append(scope)
+            if not lost or self._enables_cheaper(r, sum(map(iteration_points, lost))):
+                kept.append(r)
+        return kept
+
+    def _enables_cheaper(self, r: Scope, points: int) -> bool:
+        """Does one steered rule turn ``r`` into library operators with at most half the
+        iteration points ``r`` lost (``points``)? Inlining a stride-s zero-upsample into the
+        conv reading it loses the conv, but the Matmul it enables skips the zeros (s^d x
+        fewer points); re-inlining a padded layout saves only the padding: not kept."""
+        have = set(sub_scopes(r))
+        for rule in self.steered:
+            for out in rule.apply(r):
+                new = [s for s in sub_scopes(out) if s not in have and _classify(s) in TARGETS]
+                if new and 2 * sum(map(iteration_points, new)) <= points:
+                    return True
+        return False
+
+
+def guide(rule: IndexRule, scope: Scope, results: list[Scope]) -> list[Scope]:
+    """:class:`Guide` with the default index rules for its lookahead."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        from derivations.rules.index import default_index_rules
+        _DEFAULT = Guide(default_index_rules())
+    return _DEFAULT(rule, scope, results)
+
+
+_DEFAULT: Guide | None = None

@@ -1,0 +1,67 @@
+"""The index rules, as data: one row per rule, its reason, and the math in a comment.
+
+Each is an :class:`derivations.index_rules.IndexRule`: a pure function over ``ir`` scopes
+(see that module for the contract). The schedule applies them to every scope e-node between
+egglog iterations (:mod:`derivations.index_pass`).
+"""
+from __future__ import annotations
+
+from derivations.index_rules import IndexRule
+from derivations.rules.bounds import relax, tighten
+from derivations.rules.fusion import distribute, factor, fuse_terms, hoist, split_terms
+from derivations.rules.merging import inline_reads
+from derivations.rules.substitution import substitutions
+
+SUBSTITUTE = IndexRule(
+    "substitute", "variable substitution + summation splitting: sum over S2 in an inner scope "
+    "over fresh iterators for the index expressions that do not read S2",
+    substitutions)  # sum[S] F*G(e(t,s)) = sum[S-S2] F * W[e(t,s)],  W[x] = sum[S2] G(x)
+TIGHTEN = IndexRule(
+    "tighten", "boundary tightening: shrink ranges to where the reads that zero the body are "
+    "in bounds", tighten)  # sum[r in 0:9] A[r-1]*B = sum[r' in 1:9] A[r'-1]*B  (A has 0:7)
+RELAX = IndexRule(
+    "relax", "boundary relaxing: grow ranges over points where the body is zero (padding)",
+    relax)  # sum[r in 0:5] K[r]*X = sum[r' in 0:6] K[r']*X  (K[5] is out of bounds: 0)
+INLINE_READ = IndexRule(
+    "inline_read", "traversal merging: inline a scope read at index expressions, with an "
+    "explicit guard where its range mattered", inline_reads)  # S[e] -> body(S)[u := e]
+SPLIT_TERMS = IndexRule(
+    "split_terms", "expression splitting: a sum of terms becomes one scope per term",
+    split_terms)  # sum[s] (P + Q) = A + B,  A = sum[s] P,  B = sum[s] Q
+FUSE_TERMS = IndexRule(
+    "fuse_terms", "expression fusion: scopes with equal summation ranges added become one",
+    fuse_terms)  # A[t] + B[t] = sum[s] (P + Q)   when A = sum[s] P, B = sum[s'] Q, s ~ s'
+HOIST = IndexRule(
+    "hoist", "expression splitting: a computed factor reading fewer iterators becomes a tensor",
+    hoist)  # sum[k] A[i,k]*(B[k,j] + C[k,j]) = sum[k] A[i,k]*H[k,j],  H = B + C
+DISTRIBUTE = IndexRule(
+    "distribute", "distributivity: a product of sums expanded (canonical polynomial form)",
+    distribute)  # (a + b) * c = a*c + b*c
+FACTOR = IndexRule(
+    "factor", "factoring: common factors of a sum of products pulled out (canonical form)",
+    factor)  # a*c + b*c = (a + b) * c,  then split moves sums inward past c
+
+EXPLORATIVE = (SUBSTITUTE, TIGHTEN, RELAX, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, HOIST,
+               DISTRIBUTE, FACTOR)
+BY_NAME = {r.name: r for r in EXPLORATIVE}
+
+
+def layout_rules() -> tuple[IndexRule, ...]:
+    """Iterator splitting, layout transformations and the guided ``densify`` (modules
+    :mod:`derivations.rules.iterator_split`, ``layout``, ``densify``: written separately,
+    against the same interface), as their default selection."""
+    try:
+        from derivations.rules.densify import DEFAULT_INDEX_RULES
+    except ImportError:
+        return ()
+    return tuple(r for r in DEFAULT_INDEX_RULES if isinstance(r, IndexRule))
+
+
+# What ``derive`` runs by default: relaxing is left out (it only pays with iterator
+# splitting to exact multiples, and growing then tightening every range multiplies forms).
+DEFAULT = (SUBSTITUTE, TIGHTEN, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, HOIST, DISTRIBUTE,
+           FACTOR)
+
+
+def default_index_rules() -> tuple[IndexRule, ...]:
+    return DEFAULT + layout_rules()

@@ -1,0 +1,326 @@
+"""Iterator splitting ``i -> a*i1 + i2`` (EinNet), the factors that suggest it, and the index
+arithmetic the layout rules (:mod:`derivations.rules.layout`) share.
+
+These are *index rules*: plain functions ``Scope -> Iterable[Scope]`` returning scopes equal
+to the one given (same traversal ranges, same values). They work on the IR directly, because
+they invent iterators and rewrite index expressions, which the e-graph's algebra rules never do.
+
+Splitting ``i in lo:hi`` by ``a``: ``i = a*i1 + i2`` with ``i1 in floor(lo/a):ceil(hi/a)`` and
+``i2 in 0:a``, every index rewritten (floors and mods simplified with the new ranges). The
+split grid may overhang ``lo:hi`` by less than ``a`` points at either end:
+
+* a *traversal* iterator: the inner scope also computes the overhang points (their values,
+  whatever they read, are never used) and a layout eOperator restores the output, reading
+  only ``lo:hi``::
+
+      S[.., i, ..] = R[s] f(i)   =   S'[.., floor(i/a), i%a, ..]
+      where S'[.., i1, i2, ..] = R[s] f(a*i1 + i2)
+
+* a *summation* iterator: exact when ``a`` divides ``lo`` and ``hi``; otherwise only for a sum
+  of a product with a factor whose read is out of bounds (hence 0) at every overhang point
+  (a kernel ``W[.., r, ..]`` guards its ``r``): ``sum[i] f(i) = sum[i1, i2] f(a*i1 + i2)``.
+
+Factors come from the expression itself (:func:`suggest_factors`), never from a fixed list.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Callable, Iterator
+
+import sympy
+
+from ir.nodes import Access, Binary, Expr, Iter, Reduce, Scope, Unary, accesses
+
+from derivations.index_rules import IndexRule, fresh_name, zero_guards
+
+__all__ = [
+    "suggest_factors", "split", "split_iterators", "index_range", "simplify_index",
+    "decompose", "affine", "map_accesses", "rewrite_indices", "ranges_of", "is_layout",
+    "tagged", "reads_outside", "safe_mod", "subst", "SPLIT_ITERATOR", "SPLIT_RULES",
+]
+
+Ranges = dict[str, tuple[int, int]]  # iterator -> half-open range lo:hi
+
+
+# -- index arithmetic --------------------------------------------------------------------------
+def ranges_of(scope: Scope) -> Ranges:
+    return {it.name: (it.lo, it.hi) for it in scope.traversal + scope.summation}
+
+
+def affine(e: sympy.Expr) -> tuple[dict[str, int], int] | None:
+    """``e`` as ``({iterator: coefficient}, constant)``, or None (floor, mod, products)."""
+    coeffs, const = {}, 0
+    for term, c in sympy.expand(e).as_coefficients_dict().items():
+        if not c.is_Integer:
+            return None
+        if term == 1:
+            const += int(c)
+        elif term.is_Symbol:
+            coeffs[term.name] = coeffs.get(term.name, 0) + int(c)
+        else:
+            return None
+    return {n: c for n, c in coeffs.items() if c}, const
+
+
+def decompose(e: sympy.Expr, a: int) -> tuple[sympy.Expr, sympy.Expr]:
+    """``e = a*X + Y``: X takes the terms whose integer coefficient ``a`` divides and
+    ``const // a``; Y the other terms and ``const % a``."""
+    x, y = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(e)):
+        c, core = term.as_coeff_Mul()
+        if c.is_Integer and core == 1:
+            x, y = x + int(c) // a, y + int(c) % a
+        elif c.is_Integer and int(c) % a == 0:
+            x += (int(c) // a) * core
+        else:
+            y += term
+    return x, y
+
+
+def index_range(e: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
+    """Inclusive ``(min, max)`` bounds of ``e`` over ``ranges`` (interval arithmetic: sound,
+    not always tight)."""
+    lo, hi = _interval(sympy.sympify(e), ranges)
+    return math.floor(lo), math.ceil(hi)
+
+
+def _interval(e: sympy.Expr, ranges: Ranges) -> tuple[Fraction, Fraction]:
+    if e.is_Rational:
+        v = Fraction(int(e.p), int(e.q))
+        return v, v
+    if e.is_Symbol:
+        lo, hi = ranges[e.name]
+        return Fraction(lo), Fraction(max(hi - 1, lo))
+    if isinstance(e, sympy.Add):
+        parts = [_interval(a, ranges) for a in e.args]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if isinstance(e, sympy.Mul):
+        lo = hi = Fraction(1)
+        for a in e.args:
+            alo, ahi = _interval(a, ranges)
+            ends = (lo * alo, lo * ahi, hi * alo, hi * ahi)
+            lo, hi = min(ends), max(ends)
+        return lo, hi
+    if isinstance(e, sympy.floor):
+        lo, hi = _interval(e.args[0], ranges)
+        return Fraction(math.floor(lo)), Fraction(math.floor(hi))
+    if isinstance(e, sympy.Mod):
+        (lo, hi), m = _interval(e.args[0], ranges), int(e.args[1])
+        k = math.floor(lo / m)
+        if math.floor(hi / m) == k:
+            return lo - k * m, hi - k * m
+        return Fraction(0), Fraction(m - 1)
+    raise ValueError(f"unsupported index expression {e} ({type(e).__name__})")
+
+
+def safe_mod(arg: sympy.Expr, m: int) -> sympy.Expr:
+    """``Mod(arg, m)`` built so that sympy never sees a ``Mod`` inside its argument: sympy
+    1.14 evaluates ``Mod(c*Mod(x, q), m)`` wrongly (``Mod(2*Mod(x, 3), 3)`` -> ``2*Mod(x, 3)``;
+    sympy issues 28744, 29757). A term ``c*Mod(x, q)`` with ``m | c*q`` becomes ``c*x``; any
+    other inner ``Mod(x, q)`` is written ``x - q*floor(x/q)``."""
+    terms = []
+    for term in sympy.Add.make_args(sympy.sympify(arg)):
+        c, core = term.as_coeff_Mul()
+        if isinstance(core, sympy.Mod) and c.is_Integer and (int(c) * int(core.args[1])) % m == 0:
+            term = c * core.args[0]
+        terms.append(_demod(term))
+    return sympy.Mod(sympy.Add(*terms), m)
+
+
+def _demod(e: sympy.Expr) -> sympy.Expr:
+    if not e.has(sympy.Mod):
+        return e
+    if isinstance(e, sympy.Mod):
+        x = _demod(e.args[0])
+        return x - e.args[1] * sympy.floor(x / e.args[1])
+    return e.func(*(_demod(a) for a in e.args))
+
+
+def subst(e: sympy.Expr, sub: dict) -> sympy.Expr:
+    """``e.xreplace(sub)``, rebuilding mods with :func:`safe_mod` (xreplace re-evaluates them)."""
+    e = sympy.sympify(e)
+    if not any(s in sub for s in e.free_symbols):
+        return e
+    if e.is_Symbol:
+        return sympy.sympify(sub[e])
+    if isinstance(e, sympy.Mod):
+        return safe_mod(subst(e.args[0], sub), int(e.args[1]))
+    return e.func(*(subst(a, sub) for a in e.args))
+
+
+def simplify_index(e: sympy.Expr, ranges: Ranges) -> sympy.Expr:
+    """``e`` with floors and mods removed where ``ranges`` decide them:
+    ``floor((a*X + Y)/a) = X + k`` and ``(a*X + Y) % a = Y - a*k`` when ``Y`` in ``a*k:a*k+a``;
+    ``floor(floor(x/b)/a) = floor(x/(a*b))``."""
+    e = sympy.sympify(e)
+    if e.is_Integer or e.is_Symbol:
+        return e
+    if isinstance(e, sympy.floor):
+        num, den = e.args[0].as_numer_denom()
+        num, den = simplify_index(num, ranges), int(den)
+        if isinstance(num, sympy.floor):  # floor(floor(x/b)/den)
+            inner, b = num.args[0].as_numer_denom()
+            return simplify_index(sympy.floor(inner / (int(b) * den)), ranges)
+        x, y = decompose(num, den)
+        lo, hi = index_range(y, ranges)
+        k = lo // den
+        return x + k if hi // den == k else x + sympy.floor(y / den)
+    if isinstance(e, sympy.Mod):
+        m = int(e.args[1])
+        _, y = decompose(simplify_index(e.args[0], ranges), m)
+        lo, hi = index_range(y, ranges)
+        k = lo // m
+        return y - k * m if hi // m == k else safe_mod(y, m)
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        return sympy.expand(e.func(*(simplify_index(a, ranges) for a in e.args)))
+    return e
+
+
+# -- rewriting bodies --------------------------------------------------------------------------
+def map_accesses(e: Expr, fn: Callable[[Access], Expr]) -> Expr:
+    """``e`` with every access ``a`` of its body replaced by ``fn(a)`` (sources untouched)."""
+    if isinstance(e, Access):
+        return fn(e)
+    if isinstance(e, Binary):
+        return Binary(e.op, map_accesses(e.lhs, fn), map_accesses(e.rhs, fn))
+    if isinstance(e, Unary):
+        return Unary(e.op, map_accesses(e.x, fn))
+    return e
+
+
+def rewrite_indices(e: Expr, sub: dict, ranges: Ranges) -> Expr:
+    """``e`` with iterator symbols substituted by ``sub`` in every index, then simplified."""
+    def one(a: Access) -> Access:
+        return Access(a.source, tuple(simplify_index(subst(i, sub), ranges) for i in a.indices))
+    return map_accesses(e, one)
+
+
+def tagged(name: str | None, tag: str) -> str:
+    """A printing name for a scope derived from one named ``name``: ``x`` -> ``x_layout``."""
+    name = name or "T"
+    while name.endswith(("_inner", "_layout")):
+        name = name.rsplit("_", 1)[0]
+    return f"{name}_{tag}"
+
+
+def is_layout(scope: Scope) -> bool:
+    """A pure re-indexing (an eOperator that only moves data): ``T[t] = X[f(t)]``."""
+    return not scope.summation and isinstance(scope.body, Access)
+
+
+# -- factor suggestion -------------------------------------------------------------------------
+def suggest_factors(scope: Scope) -> dict[str, tuple[int, ...]]:
+    """Iterator -> the factors its index expressions suggest splitting it by.
+
+    In an index ``c_v*v + sum_w c_w*w + k`` with ``g = gcd(c_w)`` over the other iterators
+    (a dilation ``d`` in ``i + d*(j-w)``, a stride ``s`` in ``s*h + r``), splitting ``v`` by
+    ``a = g / gcd(g, c_v)`` makes ``a*c_v*v1`` a multiple of ``g``, so a layout split by ``g``
+    turns the whole index dense. ``floor(v/a)`` and ``v % a`` suggest ``a`` as well. Only
+    factors below the iterator's extent count; pure layout eOperators suggest nothing (they
+    are what a split leaves behind).
+    """
+    if is_layout(scope):
+        return {}
+    extent = {it.name: it.extent for it in scope.traversal + scope.summation}
+    found: dict[str, set[int]] = {n: set() for n in extent}
+
+    def add(name: str, a: int):
+        if name in extent and 1 < a < extent[name]:
+            found[name].add(a)
+
+    for acc in accesses(scope.body):
+        for e in acc.indices:
+            for node in sympy.preorder_traversal(e):
+                if isinstance(node, (sympy.floor, sympy.Mod)):
+                    num, den = (node.args[0].as_numer_denom() if isinstance(node, sympy.floor)
+                                else (node.args[0], node.args[1]))
+                    aff = affine(num)
+                    for v, c in (aff[0].items() if aff else ()):
+                        add(v, int(den) // math.gcd(int(den), abs(c)))
+            aff = affine(e)
+            if aff is None:
+                continue
+            coeffs = aff[0]
+            for v, c in coeffs.items():
+                g = math.gcd(*(abs(c2) for w, c2 in coeffs.items() if w != v))
+                if g > 1:
+                    add(v, g // math.gcd(g, abs(c)))
+    return {n: tuple(sorted(fs)) for n, fs in found.items() if fs}
+
+
+# -- the rule ----------------------------------------------------------------------------------
+def split(scope: Scope, name: str, a: int) -> Scope | None:
+    """``scope`` with iterator ``name`` split by ``a`` (see the module docstring), or None when
+    a summation split would add points that are not provably zero."""
+    it = scope.iterators[name]
+    if a < 2 or it.extent == 0:
+        return None
+    traversal = any(t.name == name for t in scope.traversal)
+    q_lo, q_hi = it.lo // a, -(-it.hi // a)
+    if not traversal and not (it.lo % a == 0 and it.hi % a == 0) and \
+            not _zero_outside(scope, name, (a * q_lo, a * q_hi)):
+        return None
+    base = name.split("__")[0]
+    i1 = Iter(fresh_name(base + "1", name, it.lo, it.hi, a, "quotient"), q_lo, q_hi)
+    i2 = Iter(fresh_name(base + "2", name, it.lo, it.hi, a, "residue"), 0, a)
+    ranges = {**ranges_of(scope), i1.name: (i1.lo, i1.hi), i2.name: (0, a)}
+    body = rewrite_indices(scope.body, {it.symbol: a * i1.symbol + i2.symbol}, ranges)
+
+    def swap(its: tuple[Iter, ...]) -> tuple[Iter, ...]:
+        return tuple(x for t in its for x in ((i1, i2) if t.name == name else (t,)))
+
+    if not traversal:
+        return Scope(scope.traversal, swap(scope.summation), body, scope.reduce,
+                     name=scope.name, dtype=scope.dtype)
+    inner = Scope(swap(scope.traversal), scope.summation, body, scope.reduce,
+                  name=tagged(scope.name, "inner"), dtype=scope.dtype)
+    idx = [x for t in scope.traversal
+           for x in ((sympy.floor(t.symbol / a), sympy.Mod(t.symbol, a)) if t.name == name
+                     else (t.symbol,))]
+    return Scope(scope.traversal, (), Access(inner, tuple(idx)), name=scope.name, dtype=scope.dtype)
+
+
+def _zero_outside(scope: Scope, name: str, cover: tuple[int, int]) -> bool:
+    """Whether every point of ``cover`` outside ``name``'s range makes some factor of the
+    summed product read out of bounds (so the point adds 0)."""
+    if scope.reduce is not Reduce.SUM:
+        return False
+    it = scope.iterators[name]
+    ranges = ranges_of(scope)
+    reads = zero_guards(scope.body)
+    for lo, hi in ((cover[0], it.lo), (it.hi, cover[1])):
+        if lo >= hi:
+            continue
+        part = {**ranges, name: (lo, hi)}
+        if not any(reads_outside(a, part) for a in reads):
+            return False
+    return True
+
+
+def reads_outside(a: Access, ranges: Ranges) -> bool:
+    """Whether ``a`` reads outside its source at every point of ``ranges``."""
+    for e, (blo, bhi) in zip(a.indices, a.source.bounds()):
+        try:
+            lo, hi = index_range(e, ranges)
+        except ValueError:
+            continue
+        if hi < blo or lo >= bhi:
+            return True
+    return False
+
+
+def split_iterators(scope: Scope) -> Iterator[Scope]:
+    """Every split :func:`suggest_factors` proposes for ``scope``."""
+    for name, factors in suggest_factors(scope).items():
+        for a in factors:
+            out = split(scope, name, a)
+            if out is not None:
+                yield out
+
+
+SPLIT_ITERATOR = IndexRule(
+    "split_iterator",
+    "iterator splitting: i = a*i1 + i2 for the factors a the index strides suggest",
+    split_iterators)  # S[i] = S'[i//a, i%a] with S'[i1, i2] = S[a*i1 + i2];  sum[i] = sum[i1, i2]
+SPLIT_RULES = (SPLIT_ITERATOR,)

@@ -1,0 +1,114 @@
+"""The index pass in the schedule: egglog text unions, provenance, firings, budgets, guidance."""
+from __future__ import annotations
+
+import time
+
+from egglog import EGraph
+
+from ir import Tensor, analytic_cost, flops, ops
+
+from derivations import Budget, derive
+from derivations.encode import encode
+from derivations.guided import Guide, operators
+from derivations.index_pass import IndexPass, declare, egg_names, sexp
+from derivations.lang import Iterator, Root
+from derivations.rules.index import DEFAULT, EXPLORATIVE, SUBSTITUTE
+from derivations.schedule import egraph_size
+from derivations.term import to_egglog
+from derivation_helpers import all_verified
+
+
+def _conv():
+    return ops.conv2d(Tensor("x", (1, 3, 5, 5)), Tensor("w", (2, 3, 3, 3)), padding=1)
+
+
+def _conv_t():
+    return ops.conv_transpose2d(Tensor("x", (1, 2, 2, 2)), Tensor("w", (2, 3, 4, 4)), stride=2,
+                                padding=1)
+
+
+def test_egglog_text_of_a_term_is_the_term_python_registers():
+    term, enc = encode(ops.matmul(ops.matmul(Tensor("a", (2, 3)), Tensor("b", (3, 4))),
+                                  Tensor("c", (4, 5))))
+    egraph = EGraph()
+    egraph.register(*(Iterator(n) for n in enc.iters))
+    egraph.register(Root(to_egglog(term)))
+    declare(egraph)
+    before = egraph_size(egraph)[0]
+    raw = egraph._state.egraph
+    text = sexp(term, egg_names(egraph), {})
+    raw.run_program(*raw.parse_program(f"(union {text} {text})"))
+    assert egraph_size(egraph)[0] == before  # hash-consed onto the registered nodes
+
+
+def test_index_rules_fire_in_the_egraph_and_name_themselves_in_rule_chains():
+    d = derive(_conv())
+    assert d.report.firings.get("substitute", 0) >= 1 and d.report.index_seconds > 0
+    assert "substitute" in d.report.rulesets and "substitute=" in str(d.report)
+    cands = all_verified(d, k=4)
+    mm = [c for c in cands if c.operators == ("matmul", "eoperator")]
+    assert mm and mm[0].rule_chain == ("substitute",)
+    assert all(c.operators == operators(c.program) for c in cands)
+    assert next(c for c in cands if not c.rule_chain).operators == ("conv",)
+
+
+def test_chains_of_index_rules_are_recorded_in_order():
+    cands = all_verified(derive(_conv_t()), k=6)
+    chains = {c.rule_chain for c in cands if c.operators == ("matmul", "eoperator")}
+    assert ("inline_read", "substitute") in chains
+
+
+def test_the_pass_converges_the_guided_runs_saturate():
+    for e in (_conv(), _conv_t()):
+        d = derive(e)
+        assert d.report.stop == "saturated" and not d.report.errors, d.report
+
+
+def test_node_budget_holds_with_index_rules():
+    for limit in (12, 30):
+        d = derive(_conv_t(), Budget(nodes=limit), index_rules=EXPLORATIVE, guide=None)
+        assert d.report.stop == "nodes" and d.report.nodes <= limit, d.report
+        assert d.candidates(2, flops) and d.rejected == []
+
+
+def test_time_budget_holds_with_index_rules():
+    start = time.perf_counter()
+    d = derive(_conv_t(), Budget(seconds=1.0, nodes=10**7), index_rules=EXPLORATIVE, guide=None)
+    elapsed = time.perf_counter() - start
+    assert d.report.stop == "seconds", d.report
+    assert elapsed < 1.0 + 4.0, (elapsed, d.report)  # up to one iteration over
+    assert d.candidates(2, analytic_cost) and d.rejected == []
+
+
+def test_a_run_with_only_index_rules_works():
+    d = derive(_conv(), rulesets=(), index_rules=(SUBSTITUTE,))
+    assert d.report.rulesets == ("substitute",) and d.report.stop == "saturated"
+    assert any(c.rule_chain == ("substitute",) for c in all_verified(d))
+
+
+def test_guide_keeps_only_results_that_instantiate_operators():
+    e = _conv()
+    results = list(SUBSTITUTE.apply(e))
+    kept = Guide(DEFAULT)(SUBSTITUTE, e, results)
+    assert 1 <= len(kept) < len(results)
+    for k in kept:
+        assert "matmul" in operators(k)
+
+
+def test_unguided_exploration_finds_more_forms_than_guided():
+    guided = derive(_conv())
+    free = derive(_conv(), index_rules=DEFAULT, guide=None)
+    assert free.report.nodes > guided.report.nodes
+
+
+def test_index_pass_can_be_driven_directly():
+    term, enc = encode(_conv())
+    egraph = EGraph()
+    egraph.register(*(Iterator(n) for n in enc.iters))
+    egraph.register(Root(to_egglog(term)))
+    index = IndexPass(enc, (SUBSTITUTE,))
+    passed = index.run(egraph)
+    assert passed.unions == passed.firings["substitute"] >= 2 and passed.complete
+    size = egraph_size(egraph)[0]
+    late = index.run(egraph, deadline=time.perf_counter() - 1)  # past its deadline: no work
+    assert late.unions == 0 and not late.complete and egraph_size(egraph)[0] == size
