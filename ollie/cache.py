@@ -19,6 +19,7 @@ live beside the entries (``measurements.jsonl``, see ``ollie.measure``).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -68,7 +69,20 @@ def current_versions() -> dict[str, str | None]:
     except Exception:
         torch_version = _package_version("torch")
     return {"ollie": ollie_version or _package_version("ollie"), "torch": torch_version,
-            "triton": _package_version("triton")}
+            "triton": _package_version("triton"), "compiler": compiler_digest()}
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_digest() -> str:
+    """A digest of the rules and lowerings (derivations/, codegen/ sources): a decision made
+    by other rules or another code generator is stale even when the version is not."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for package in ("derivations", "codegen"):
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 # -- keys -----------------------------------------------------------------------------------
