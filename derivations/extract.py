@@ -124,12 +124,14 @@ class Derivation:
 
 def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] | None = None,
            index_rules: tuple[IndexRule, ...] | None = None,
-           guide: Guide | None = default_guide) -> Derivation:
+           guide: Guide | None = default_guide,
+           on_iteration: Callable | None = None) -> Derivation:
     """Put ``expr`` in an e-graph and run ``rulesets`` and ``index_rules`` under ``budget``.
 
     Defaults: the algebra and every index rule (explorative, steered by ``guide``, plus the
     layout rules); when ``rulesets`` is given and ``index_rules`` is not, no index rules run
     (a run of chosen egglog rulesets stays just that). ``guide=None`` explores unsteered.
+    ``on_iteration(report, seconds)`` is called after every iteration (progress display).
     """
     term, enc = encode(expr)
     egraph = EGraph()
@@ -143,7 +145,7 @@ def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] |
     if index_rules is None:
         index_rules = default_index_rules() if rulesets is None else ()
     index = IndexPass(enc, tuple(index_rules), guide) if index_rules else None
-    report = run_rulesets(egraph, chosen, budget, index)
+    report = run_rulesets(egraph, chosen, budget, index, on_iteration)
     return Derivation(expr, term, enc, egraph, report)
 
 

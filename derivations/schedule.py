@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from egglog import EGraph, run, seq
 
@@ -94,9 +94,11 @@ def _facts_of(rulesets: tuple[Rules, ...]) -> list[Rules]:
 
 
 def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
-                 index: "IndexPass | None" = None) -> Report:
+                 index: "IndexPass | None" = None,
+                 on_iteration: "Callable[[Report, float], None] | None" = None) -> Report:
     """Run ``rulesets`` (and the index rules of ``index``, after each egglog step) on
-    ``egraph`` until saturated or a budget stops it."""
+    ``egraph`` until saturated or a budget stops it; ``on_iteration(report, seconds)`` is
+    called after each iteration (for a progress line)."""
     explore = [r for r in rulesets if not r.analysis]
     facts = _facts_of(tuple(rulesets))
     parts = [run(r.ruleset).saturate() for r in facts] + [run(r.ruleset) for r in explore]
@@ -148,6 +150,8 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
         for name, n in firings.items():
             report.firings[name] = report.firings.get(name, 0) + n
         last_growth, report.nodes, report.facts = nodes - report.nodes, nodes, facts
+        if on_iteration is not None:
+            on_iteration(report, time.perf_counter() - start)
         if not updated:
             report.stop = "saturated"
     report.seconds = time.perf_counter() - start

@@ -7,6 +7,7 @@ replaces. Otherwise the eager nodes stay and the report says why.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -15,7 +16,7 @@ import torch
 import codegen
 import ir
 from derivations import Budget, derive
-from ollie import cache, measure
+from ollie import cache, measure, progress
 from ollie import cost as cost_model
 from ollie.plan import interleaved_times, max_relative_error, run_node, tolerance
 
@@ -91,11 +92,12 @@ class RegionReport:
 
 ADOPTED = "adopted"
 NOT_CHEAPER = "eager: no derived form is cheaper than the captured one"
-NOT_FASTER = "eager: the derived program measured no faster than eager"
+NOT_FASTER = "eager: the derived program measured not clearly faster than eager"
 CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER)
+ADOPTION_MARGIN = 0.95  # a kernel must beat eager by 5%: a tie is noise, not a win
 
 
-def compile_region(region, reference: dict, options) -> RegionReport:
+def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     report = RegionReport(region.root.name, [_op_name(m) for m in region.members], region.expr)
     tensors = {name: reference[node] for name, node in region.inputs.items()}
     expected = reference[region.root]
@@ -103,7 +105,8 @@ def compile_region(region, reference: dict, options) -> RegionReport:
     key = cache.region_key(region.expr, tensors) if store else None
     if store and _from_cache(report, store.get(key), tensors, expected, options):
         return report
-    _derive_and_choose(report, region, reference, tensors, expected, options)
+    with progress.progress(options.progress) if show is None else nullcontext(show) as show:
+        _derive_and_choose(report, region, reference, tensors, expected, options, show)
     if store and report.decision in CACHEABLE:  # failures are re-derived next time
         store.put(key, report.cache_entry())
     return report
@@ -136,13 +139,14 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
     return True
 
 
-def _derive_and_choose(report, region, reference, tensors, expected, options) -> None:
+def _derive_and_choose(report, region, reference, tensors, expected, options, show) -> None:
     cost = cost_model.default()
     report.cost_before = ir.analysis.program_cost(region.expr, cost)
     try:
         t0 = time.perf_counter()
         derivation = derive(region.expr, Budget(nodes=options.max_nodes,
-                                                seconds=options.budget_s))
+                                                seconds=options.budget_s),
+                            on_iteration=show.derivation(report.root_name))
         candidates = derivation.candidates(options.candidates, cost)
         report.derive_s = time.perf_counter() - t0
         report.derivation = derivation.report
@@ -158,11 +162,15 @@ def _derive_and_choose(report, region, reference, tensors, expected, options) ->
         return
     promising = [c for c in candidates if c.cost < report.cost_before * 0.95]
     results, labels = [], []
-    for backend in _backends(options, tensors):  # measurement decides between backends too
-        for r in measure.measure_candidates(
-                promising, tensors, expected, cap=options.measure_cap_s, backend=backend,
-                record=options.cache, labels={"family": "region", "case": report.root_name}):
-            results.append(r)
+    backends = _backends(options, tensors)
+    total = len(backends) * len(promising)
+    for backend in backends:  # measurement decides between backends too
+        for candidate in promising:
+            show.status(f"ollie: measuring {report.root_name}: candidate {len(results) + 1}"
+                        f"/{total} ({backend})")
+            results += measure.measure_candidates(
+                [candidate], tensors, expected, cap=options.measure_cap_s, backend=backend,
+                record=options.cache, labels={"family": "region", "case": report.root_name})
             labels.append(backend)
     report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds,
                         f"{backend}: {r.reason}" if r.reason else backend)
@@ -191,7 +199,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options) ->
     with torch.no_grad():
         (report.eager_s, eager_best), (report.ollie_s, ollie_best) = interleaved_times(
             [eager_region, lambda: winner.kernel(*inputs)], budget_s=options.measure_cap_s)
-    if ollie_best >= eager_best:
+    if ollie_best >= eager_best * ADOPTION_MARGIN:
         report.decision = NOT_FASTER
         return
     _adopt(report, winner.kernel)

@@ -102,11 +102,16 @@ def derive_candidates(expr: ir.Scope, budget_s: float, nodes: int, k: int):
     import derivations  # late: the e-graph machinery is only needed here
     from ollie import cost as cost_model
 
+    from ollie import progress
+
     cost = cost_model.default()
     t0 = time.perf_counter()
-    derivation = derivations.derive(expr, budget=derivations.Budget(nodes=nodes,
-                                                                     seconds=budget_s))
-    candidates = sorted(derivation.candidates(k, cost), key=lambda c: c.cost)
+    with progress.progress() as show:
+        derivation = derivations.derive(
+            expr, budget=derivations.Budget(nodes=nodes, seconds=budget_s),
+            on_iteration=show.derivation(expr.name or "expression"))
+        show.status("ollie: extracting candidates")
+        candidates = sorted(derivation.candidates(k, cost), key=lambda c: c.cost)
     seconds = time.perf_counter() - t0
     return candidates, getattr(derivation, "report", None), seconds, cost
 

@@ -38,6 +38,7 @@ class Options:
     cache: bool = True             # persistent disk cache of decisions
     cache_dir: str | None = None   # default: $OLLIE_CACHE_DIR or the per-user cache folder
     verbose: bool = False
+    progress: bool | str = "auto"  # progress line on stderr; "auto": when it is a terminal
 
 
 @dataclass
@@ -123,13 +124,16 @@ class OptimizedFunction:
 
 def optimize(fn: Callable | None = None, *, backend: str = "auto", budget_s: float = 2.0,
              max_nodes: int = 20_000, candidates: int = 4, measure_cap_s: float = 0.5,
-             cache: bool = True, cache_dir: str | None = None, verbose: bool = False):
+             cache: bool = True, cache_dir: str | None = None, verbose: bool = False,
+             progress: bool | str = "auto"):
     """Optimize a torch function; use bare (``@optimize``) or with options.
 
     backend: "auto" (torch code on CPU; Triton where it applies on a GPU), "torch", "triton".
     budget_s / max_nodes: derivation time and e-graph size per region.
     candidates / measure_cap_s: how many derived programs are measured, seconds each.
     cache / cache_dir: the persistent decision cache (default $OLLIE_CACHE_DIR or per user).
+    progress: a progress line while deriving and measuring ("auto": if stderr is a terminal).
+    verbose: print each region's decision.
     """
     if backend not in BACKENDS:
         raise ValueError(f"ollie.optimize: unknown backend {backend!r}; choose one of {BACKENDS}")
@@ -137,7 +141,7 @@ def optimize(fn: Callable | None = None, *, backend: str = "auto", budget_s: flo
         raise ValueError("ollie.optimize: budget_s, max_nodes, candidates and measure_cap_s "
                          "must be positive")
     options = Options(backend, budget_s, max_nodes, candidates, measure_cap_s, cache,
-                      cache_dir, verbose)
+                      cache_dir, verbose, progress)
     if fn is None:
         return lambda f: OptimizedFunction(f, options)
     if not callable(fn):

@@ -59,3 +59,13 @@ def test_report_names_rulesets_and_counts_firings():
     assert d.report.firings["split"] > 0 and d.report.firings["part_inner"] > 0
     text = str(d.report)
     assert text.startswith("saturated after") and "split=" in text
+
+
+def test_on_iteration_is_called_after_every_iteration():
+    from derivation_helpers import chain
+    from derivations import Budget, derive
+
+    seen = []
+    report = derive(chain([4, 5, 6, 7]), Budget(seconds=5),
+                    on_iteration=lambda r, s: seen.append((r.iterations, s))).report
+    assert [i for i, _ in seen] == list(range(1, report.iterations + 1))

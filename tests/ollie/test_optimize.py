@@ -199,3 +199,10 @@ def test_triton_backend_runs_through_the_interpreter_on_cpu(monkeypatch):
     assert torch.allclose(out, (a @ b) @ c, rtol=1e-4, atol=1e-4)
     report = f.explain(a, b, c).compiled.regions[0]
     assert all("triton" in note for *_, note in report.measured)
+
+
+def test_progress_line_reports_derivation_and_measurement(capsys):
+    f = ollie.optimize(lambda a, b, c: (a @ b) @ c, progress=True, measure_cap_s=0.05)
+    f(*chain_args(64, 32, 4))
+    err = capsys.readouterr().err
+    assert "deriving" in err or "measuring" in err  # rich's transient status line
