@@ -189,13 +189,14 @@ class Repl(cmd.Cmd):
             if budget <= 0:
                 raise ReplError("the time budget must be positive")
         cands, report, seconds, cost = derive_candidates(expr, budget, self.nodes, self.k)
+        cands = [c for c in cands if c.rule_chain]  # the original is listed as 0 already
         self.candidates = cands
         base = ir.program_cost(expr, cost)
         self.say(f"derived {len(cands)} candidate(s) in {seconds:.2f} s "
                  f"(e-graph: {egraph_summary(report_dict(report))})")
         self.say(f"  0  cost {base:<10.4g} {describe(expr)}  (the original)")
         for n, c in enumerate(cands, 1):
-            note = relative(c.cost, base) if c.rule_chain else "the original form"
+            note = relative(c.cost, base)
             self.say(f"  {n}  cost {c.cost:<10.4g} {describe(c.program)}  ({note})")
 
     def _candidate(self, text: str):
