@@ -40,7 +40,7 @@ import sympy
 from ir.canonical import fingerprint
 from ir.nodes import (
     Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Tensor, UnOp, Unary, accesses,
-    iterator_symbol, sub_scopes,
+    build_product, iterator_symbol, sub_scopes,
 )
 from ir.errors import IRError
 from derivations.index_rules import fresh_name
@@ -229,7 +229,7 @@ class Encoding:
                 flat, shape = self.products[t]
                 body = _build_product([self._decode_body(f) for f in flat], shape)
             else:
-                body = _product([self._decode_body(f) for f in sorted(factors, key=_factor_key)])
+                body = build_product([self._decode_body(f) for f in sorted(factors, key=_factor_key)])
             reduce = Reduce.SUM
         elif t.op == "reduce":
             op, out, sums, b = t.args
@@ -305,15 +305,6 @@ def _build_product(factors: list[Expr], shape) -> Expr:
     if isinstance(shape, int):
         return factors[shape]
     return Binary(BinOp.MUL, _build_product(factors, shape[0]), _build_product(factors, shape[1]))
-
-
-def _product(factors: list[Expr]) -> Expr:
-    if not factors:
-        return Const(1.0)
-    out = factors[0]
-    for f in factors[1:]:
-        out = Binary(BinOp.MUL, out, f)
-    return out
 
 
 def _factor_key(t: Term):

@@ -32,7 +32,7 @@ from derivations.encode import Encoding
 from derivations.index_rules import IndexRule
 from derivations.lang import OPS, EBody, EScope, ESource, Iterator, Root, fv, inner_fv, made_by
 from derivations.term import SCOPE_OPS, Term
-from derivations.view import Ref, View, load
+from derivations.view import View, load, node_term
 
 __all__ = ["IndexPass", "declare", "egg_names", "sexp"]
 
@@ -138,19 +138,6 @@ def representatives(view: View) -> dict[str, Term]:
     for cls in choice:
         build(cls)
     return terms
-
-
-def node_term(node, child: Callable[[str], Term]) -> Term:
-    kids = iter([child(k) for k in node.kids()])
-
-    def fill(a):
-        if isinstance(a, Ref):
-            return next(kids)
-        if isinstance(a, tuple) and a and isinstance(a[0], Ref):
-            return tuple(next(kids) for _ in a)
-        return a
-
-    return Term(node.op, tuple(fill(a) for a in node.args))
 
 
 @dataclass

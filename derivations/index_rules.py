@@ -40,8 +40,9 @@ import numpy as np
 import sympy
 
 from ir.interpreter import Interpreter
-from ir.nodes import (
-    ZERO_PRESERVING, Access, Binary, BinOp, Const, Expr, Iter, Scope, Unary, iterator_symbol,
+from ir.nodes import (  # noqa: F401 - product helpers re-exported for the rule modules
+    ZERO_PRESERVING, Access, Binary, BinOp, Expr, Iter, Scope, Unary, build_product,
+    iterator_symbol, product_factors,
 )
 
 __all__ = [
@@ -146,23 +147,6 @@ def _interval(e: sympy.Expr, ranges) -> tuple[int, int]:
 
 
 # -- bodies ---------------------------------------------------------------------------------
-def product_factors(e: Expr) -> list[Expr]:
-    """The factors of the product tree at the top of ``e`` (``[e]`` if it is no product)."""
-    if isinstance(e, Binary) and e.op is BinOp.MUL:
-        return product_factors(e.lhs) + product_factors(e.rhs)
-    return [e]
-
-
-def build_product(factors: list[Expr]) -> Expr:
-    """``f0 * f1 * ...`` (left-nested), ``1`` for no factors."""
-    if not factors:
-        return Const(1.0)
-    out = factors[0]
-    for f in factors[1:]:
-        out = Binary(BinOp.MUL, out, f)
-    return out
-
-
 def zero_guards(e: Expr) -> list[Access]:
     """Reads of ``e`` that make ``e`` zero when out of bounds (factors of products, through
     zero-preserving unary ops); a sum is zero only if both sides are, so it guards nothing."""

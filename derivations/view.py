@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 from egglog import EGraph
 
@@ -109,8 +110,12 @@ def load(egraph: EGraph, root_relation: str) -> View:
 def first_term(view: View, cls: str, _active: frozenset = frozenset()) -> Term:
     """The term built from the first node of every class (an e-graph no rule has run on)."""
     assert cls not in _active, f"class {cls} contains itself: use extraction, not first_term"
-    node = view.classes[cls][0]
-    kids = iter([first_term(view, k, _active | {cls}) for k in node.kids()])
+    return node_term(view.classes[cls][0], lambda k: first_term(view, k, _active | {cls}))
+
+
+def node_term(node, child: Callable[[str], Term]) -> Term:
+    """The term of e-node ``node`` with ``child(class)`` as the term of each child class."""
+    kids = iter([child(k) for k in node.kids()])
 
     def fill(a):
         if isinstance(a, Ref):

@@ -223,6 +223,16 @@ def product_factors(e: Expr) -> list[Expr]:
     return [e]
 
 
+def build_product(factors: list[Expr]) -> Expr:
+    """``f0 * f1 * ...`` (left-nested), ``1`` for no factors: the inverse of product_factors."""
+    if not factors:
+        return Const(1.0)
+    out = factors[0]
+    for f in factors[1:]:
+        out = Binary(BinOp.MUL, out, f)
+    return out
+
+
 def affine_terms(e: sympy.Expr) -> tuple[dict[str, int], int] | None:
     """``({iterator: coefficient}, constant)`` if ``e`` is affine with integer coefficients
     (zero coefficients dropped), else None (floor, mod, products of iterators)."""

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from ollie.plan import max_relative_error  # noqa: F401 - the CLI uses it from here too
 from ollie.bench_suite import BY_NAME, CASES, Case
 from ollie.derive_cli import UsageError
 
@@ -46,17 +47,6 @@ def _case_list(text: str) -> list[Case]:
             f"unknown case(s) {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(BY_NAME)}")
     return [BY_NAME[n] for n in names]
-
-
-def max_relative_error(out, ref) -> float:
-    """max |out - ref| / max(1, max |ref|) (inf for a shape mismatch or NaN)."""
-    if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
-        return float("inf")
-    if ref.numel() == 0:
-        return 0.0
-    diff = (out.double() - ref.double()).abs().max().item()
-    scale = max(1.0, ref.double().abs().max().item())
-    return diff / scale if diff == diff else float("inf")
 
 
 def _first_line(e: BaseException) -> str:

@@ -89,9 +89,10 @@ def tolerance(dtype: torch.dtype) -> float:
     return {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float64: 1e-9}.get(dtype, 1e-4)
 
 
-def max_relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |out - ref| / max(1, max |ref|): robust to sign changes and near-zero entries."""
-    if out.shape != ref.shape:
+def max_relative_error(out, ref: torch.Tensor) -> float:
+    """max |out - ref| / max(1, max |ref|): robust to sign changes and near-zero entries
+    (inf when ``out`` is not a tensor of ``ref``'s shape)."""
+    if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
         return float("inf")
     if ref.numel() == 0:
         return 0.0

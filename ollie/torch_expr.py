@@ -29,15 +29,8 @@ class TorchExprError(ValueError):
 
 
 # Functions reachable as F.name / torch.name (and bare name). Each mirrors torch's signature.
-FUNCTIONS = {name: getattr(ops, name) for name in (
-    "matmul", "mm", "bmm", "mv", "dot", "linear", "einsum",
-    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "g2bmm", "gbmm",
-    "add", "sub", "mul", "div", "maximum", "minimum",
-    "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "neg", "reciprocal",
-    "sum", "mean", "amax", "amin", "softmax", "log_softmax",
-    "transpose", "permute", "reshape", "flatten", "squeeze", "unsqueeze", "pad", "cat",
-    "stack",
-)}
+METHOD_ONLY = {"OpError", "view", "slice", "unfold", "expand"}  # not torch.* / F.* functions
+FUNCTIONS = {name: getattr(ops, name) for name in ops.__all__ if name not in METHOD_ONLY}
 
 # Tensor methods: x.name(*args) calls FUNCTIONS-like builders with x as the first argument.
 METHODS = {name: getattr(ops, name) for name in (

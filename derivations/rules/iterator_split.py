@@ -30,13 +30,13 @@ from typing import Callable, Iterator
 
 import sympy
 
-from ir.nodes import Access, Binary, Expr, Iter, Reduce, Scope, Unary, accesses
+from ir.nodes import Access, Binary, Expr, Iter, Reduce, Scope, Unary, accesses, affine_terms
 
 from derivations.index_rules import IndexRule, fresh_name, zero_guards
 
 __all__ = [
     "suggest_factors", "split", "split_iterators", "index_range", "simplify_index",
-    "decompose", "affine", "map_accesses", "rewrite_indices", "ranges_of", "is_layout",
+    "decompose", "map_accesses", "rewrite_indices", "ranges_of", "is_layout",
     "tagged", "reads_outside", "safe_mod", "subst", "SPLIT_ITERATOR", "SPLIT_RULES",
 ]
 
@@ -46,21 +46,6 @@ Ranges = dict[str, tuple[int, int]]  # iterator -> half-open range lo:hi
 # -- index arithmetic --------------------------------------------------------------------------
 def ranges_of(scope: Scope) -> Ranges:
     return {it.name: (it.lo, it.hi) for it in scope.traversal + scope.summation}
-
-
-def affine(e: sympy.Expr) -> tuple[dict[str, int], int] | None:
-    """``e`` as ``({iterator: coefficient}, constant)``, or None (floor, mod, products)."""
-    coeffs, const = {}, 0
-    for term, c in sympy.expand(e).as_coefficients_dict().items():
-        if not c.is_Integer:
-            return None
-        if term == 1:
-            const += int(c)
-        elif term.is_Symbol:
-            coeffs[term.name] = coeffs.get(term.name, 0) + int(c)
-        else:
-            return None
-    return {n: c for n, c in coeffs.items() if c}, const
 
 
 def decompose(e: sympy.Expr, a: int) -> tuple[sympy.Expr, sympy.Expr]:
@@ -235,10 +220,10 @@ def suggest_factors(scope: Scope) -> dict[str, tuple[int, ...]]:
                 if isinstance(node, (sympy.floor, sympy.Mod)):
                     num, den = (node.args[0].as_numer_denom() if isinstance(node, sympy.floor)
                                 else (node.args[0], node.args[1]))
-                    aff = affine(num)
+                    aff = affine_terms(num)
                     for v, c in (aff[0].items() if aff else ()):
                         add(v, int(den) // math.gcd(int(den), abs(c)))
-            aff = affine(e)
+            aff = affine_terms(e)
             if aff is None:
                 continue
             coeffs = aff[0]

@@ -32,11 +32,11 @@ from typing import Iterator
 
 import sympy
 
-from ir.nodes import Access, Iter, Scope, accesses
+from ir.nodes import Access, Iter, Scope, accesses, affine_terms
 
 from derivations.index_rules import IndexRule, fresh_name
 from derivations.rules.iterator_split import (
-    affine, decompose, index_range, is_layout, map_accesses, ranges_of, reads_outside,
+    decompose, index_range, is_layout, map_accesses, ranges_of, reads_outside,
     rewrite_indices, simplify_index, subst, tagged,
 )
 
@@ -83,7 +83,7 @@ def _replace(scope: Scope, old: Access, new: Access) -> Scope:
 def split_dim(acc: Access, d: int, a: int, ranges) -> Access | None:
     """``acc`` reading a layout eOperator that splits dim ``d`` by ``a``, or None."""
     e = acc.indices[d]
-    if a < 2 or affine(e) is None:
+    if a < 2 or affine_terms(e) is None:
         return None
     x, y = decompose(e, a)
     ylo, yhi = index_range(y, ranges)
@@ -107,7 +107,7 @@ def split_dim(acc: Access, d: int, a: int, ranges) -> Access | None:
 
 def _split_factors(e: sympy.Expr) -> set[int]:
     """Factors worth trying on one index: each coefficient above 1 and their gcd."""
-    aff = affine(e)
+    aff = affine_terms(e)
     big = [abs(c) for c in (aff[0].values() if aff else ()) if abs(c) > 1]
     return set(big) | ({math.gcd(*big)} if big else set())
 
@@ -210,7 +210,7 @@ def _plain_dim(acc: Access, name: str) -> int | None:
     dims = [d for d, e in enumerate(acc.indices) if name in {s.name for s in e.free_symbols}]
     if len(dims) != 1:
         return None
-    aff = affine(acc.indices[dims[0]])
+    aff = affine_terms(acc.indices[dims[0]])
     return dims[0] if aff is not None and aff[0] == {name: 1} else None
 
 

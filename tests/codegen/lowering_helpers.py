@@ -26,3 +26,24 @@ def check_lowering(scope: Scope, seed: int = 0, rtol: float = 1e-9, atol: float 
     np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol, equal_nan=True,
                                err_msg=kernel.source)
     return kernel
+
+
+SNAPSHOTS = __import__("pathlib").Path(__file__).parent / "snapshots"
+
+
+def check_snapshot(name: str, source: str) -> None:
+    """Generated ``source`` equals the stored snapshot ``name`` (OLLIE_UPDATE_SNAPSHOTS=1
+    rewrites it; a missing snapshot is written and the test skipped for review)."""
+    import os
+
+    import pytest
+
+    path = SNAPSHOTS / f"{name}.py.txt"
+    update = os.environ.get("OLLIE_UPDATE_SNAPSHOTS") == "1"
+    if update or not path.exists():
+        path.write_text(source)
+        if not update:
+            pytest.skip(f"wrote a new snapshot {path.name}; review it and commit")
+    assert source == path.read_text(), (
+        f"generated source of {name!r} changed; if intended, regenerate with "
+        f"OLLIE_UPDATE_SNAPSHOTS=1 and review the diff\n{source}")

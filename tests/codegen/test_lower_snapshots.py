@@ -3,16 +3,13 @@
 Regenerate after an intended change with ``OLLIE_UPDATE_SNAPSHOTS=1 pytest tests/codegen``
 and review the diff of ``tests/codegen/snapshots/``.
 """
-import os
-import pathlib
 
 import pytest
 
 import codegen
+from lowering_helpers import check_snapshot
 from ir import Tensor, ops
 
-SNAPSHOTS = pathlib.Path(__file__).parent / "snapshots"
-UPDATE = os.environ.get("OLLIE_UPDATE_SNAPSHOTS") == "1"
 
 KERNELS = {
     "matmul": lambda: ops.matmul(Tensor("a", (4, 3)), Tensor("b", (3, 5))),
@@ -29,11 +26,4 @@ KERNELS = {
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_generated_source_matches_snapshot(name):
     source = codegen.lower(KERNELS[name]()).source
-    path = SNAPSHOTS / f"{name}.py.txt"
-    if UPDATE or not path.exists():
-        path.write_text(source)
-        if not UPDATE:
-            pytest.skip(f"wrote a new snapshot {path.name}; review it and commit")
-    assert source == path.read_text(), (
-        f"generated source of {name!r} changed; if intended, regenerate with "
-        f"OLLIE_UPDATE_SNAPSHOTS=1 and review the diff\n{source}")
+    check_snapshot(name, source)

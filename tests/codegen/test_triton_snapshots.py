@@ -5,16 +5,13 @@ GPU. Regenerate after an intended change with ``OLLIE_UPDATE_SNAPSHOTS=1 pytest
 tests/codegen/test_triton_snapshots.py`` and review the diff of
 ``tests/codegen/snapshots/triton_*``.
 """
-import os
-import pathlib
 
 import pytest
 
 import codegen
+from lowering_helpers import check_snapshot
 from ir import Scope, Tensor, accesses, ops
 
-SNAPSHOTS = pathlib.Path(__file__).parent / "snapshots"
-UPDATE = os.environ.get("OLLIE_UPDATE_SNAPSHOTS") == "1"
 
 
 def _upsample_gather() -> Scope:
@@ -36,14 +33,7 @@ KERNELS = {
 def test_generated_triton_source_matches_snapshot(name, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     source = codegen.lower(KERNELS[name](), backend="triton").source
-    path = SNAPSHOTS / f"{name}.py.txt"
-    if UPDATE or not path.exists():
-        path.write_text(source)
-        if not UPDATE:
-            pytest.skip(f"wrote a new snapshot {path.name}; review it and commit")
-    assert source == path.read_text(), (
-        f"generated source of {name!r} changed; if intended, regenerate with "
-        f"OLLIE_UPDATE_SNAPSHOTS=1 and review the diff\n{source}")
+    check_snapshot(name, source)
 
 
 def test_generated_source_is_valid_python_with_short_lines(monkeypatch):
