@@ -79,10 +79,14 @@ def test_keyword_arguments_are_bound():
     assert torch.allclose(f(a, b=b, c=c), (a @ b) @ c, atol=1e-4)
 
 
-def test_function_without_improvement_runs_eager_code():
+def test_function_without_improvement_runs_eager_code(monkeypatch):
     def g(x, y):
         return torch.relu(x + y)
 
+    # A fused add+relu may or may not beat eager on a given machine; pin the timing to a tie
+    # so that what is tested is the decision, not the machine.
+    tie = lambda fns, budget_s: [(1e-3, 1e-3) for _ in fns]
+    monkeypatch.setattr(ollie.compile_region, "interleaved_times", tie)
     f = ollie.optimize(g)
     x, y = torch.randn(256, 256), torch.randn(256, 256)
     assert torch.equal(f(x, y), g(x, y))
