@@ -1,4 +1,5 @@
 """The expression language: nodes, interpreter, parser/printer, checks, canonical form."""
+import ir.sympy_mod  # noqa: F401  (first: every index expression is built after the guard)
 from ir.nodes import (  # noqa: F401
     Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Tensor, UnOp, Unary,
     accesses, free_iterators, inputs, iterator_symbol, sub_scopes, walk,

@@ -1,4 +1,5 @@
 """Make the repository importable when pytest runs without an installed package."""
+import os
 import pathlib
 import sys
 
@@ -7,6 +8,13 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every run unless asked to explore, so that a
+# green run is reproducible; OLLIE_HYPOTHESIS=explore draws fresh random examples.
+settings.register_profile("reproducible", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("OLLIE_HYPOTHESIS", "reproducible"))
 
 
 @pytest.fixture(autouse=True)
