@@ -139,3 +139,48 @@ def fingerprint(scope: Scope) -> str:
     """sha256 hex of the canonical text, input shapes and dtypes included."""
     from ir.printer import to_text
     return _sha(to_text(canonical(scope), declarations=True))
+
+
+# -- names for people -------------------------------------------------------------------------
+DIGEST_SEP = "__"  # derived iterators are named ``base__digest`` so that they are unique
+
+
+def readable(program: Scope) -> Scope:
+    """``program`` with each scope's iterators renamed for reading: a derived ``hr__3fa2c1``
+    becomes ``hr`` (``hr2``, ... where that is taken). Only bound names change, so the result
+    is the same program; it is for display, while the e-graph needs the unique names."""
+    done: dict[int, Scope] = {}
+
+    def rebuild(s: Scope) -> Scope:
+        if id(s) in done:
+            return done[id(s)]
+        own = s.traversal + s.summation
+        bound = {it.name for it in own}
+        used = {sym.name for a in walk(s.body) if isinstance(a, Access)
+                for ix in a.indices for sym in ix.free_symbols} - bound
+        rename: dict[str, str] = {}
+        for it in sorted(own, key=lambda it: DIGEST_SEP in it.name):  # plain names keep theirs
+            base = it.name.split(DIGEST_SEP)[0] or it.name
+            name, k = base, 1
+            while name in used:
+                k += 1
+                name = f"{base}{k}"
+            rename[it.name] = name
+            used.add(name)
+        out = Scope(tuple(Iter(rename[it.name], it.lo, it.hi) for it in s.traversal),
+                    tuple(Iter(rename[it.name], it.lo, it.hi) for it in s.summation),
+                    body(s.body, rename), s.reduce, name=s.name, dtype=s.dtype)
+        done[id(s)] = out
+        return out
+
+    def body(e: Expr, rename: dict[str, str]) -> Expr:
+        if isinstance(e, Access):
+            source = rebuild(e.source) if isinstance(e.source, Scope) else e.source
+            return Access(source, _rename(e, rename).indices)
+        if isinstance(e, Unary):
+            return Unary(e.op, body(e.x, rename))
+        if isinstance(e, Binary):
+            return Binary(e.op, body(e.lhs, rename), body(e.rhs, rename))
+        return e
+
+    return rebuild(program)

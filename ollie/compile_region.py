@@ -73,7 +73,7 @@ class RegionReport:
         if self.chosen is not None:
             lines.append("  rule chain: " + (" → ".join(self.rule_chain) or "(none: original form)"))
             lines.append("  chosen program:")
-            lines.append(_indent(ir.to_text(self.chosen), 4))
+            lines.append(_indent(ir.to_text(ir.readable(self.chosen)), 4))
         lines.append(f"  estimated cost: {self.cost_before:.4g} → {self.cost_after:.4g}"
                      + (f" ({self.cost_before / self.cost_after:.1f}× lower)"
                         if self.cost_after else ""))

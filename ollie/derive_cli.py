@@ -123,7 +123,7 @@ def derive_expression(expr: ir.Scope, budget_s: float, nodes: int, k: int) -> di
         "expression": ir.to_text(expr),
         "operators": list(instantiated(expr)),
         "cost": ir.program_cost(expr, cost),
-        "candidates": [{"program": ir.to_text(c.program), "operators": list(c.operators),
+        "candidates": [{"program": ir.to_text(ir.readable(c.program)), "operators": list(c.operators),
                         "rule_chain": list(c.rule_chain), "cost": float(c.cost),
                         "verified": c.verified}
                        for c in candidates],

@@ -218,7 +218,7 @@ class Repl(cmd.Cmd):
         if not words or len(words) > 2 or (len(words) == 2 and words[1] != "latex"):
             raise ReplError("usage: show N [latex]")
         n, cand = self._candidate(words[0])
-        program = self.current if cand is None else cand.program
+        program = ir.readable(self.current if cand is None else cand.program)
         if len(words) == 2:
             self.say(ir.to_latex(program))
             return

@@ -97,3 +97,19 @@ def test_fingerprint_is_deterministic_across_processes():
                            ).stdout.strip() for seed in ("1", "2")}
     assert len(outs) == 1 and outs.pop() == fingerprint(parse(
         "T[k,l] = sum[j] B[k,j] * C[j,l]\nD[i,l] = sum[k] A[i,k] * T[k,l]", SHAPES))
+
+
+def test_readable_names_drop_digests_and_keep_the_meaning():
+    from ir import readable, to_text
+    text = ("A: f32[6,4]\nB: f32[4,5]\n"
+            "T[i__3fa2c1,k] = A[i__3fa2c1,k] * 2\n"
+            "C[i,j] = sum[h__aa0001,h] T[i,h__aa0001] * B[h__aa0001,j] + T[i,h]*0 "
+            "where h in 0:4")
+    program = parse(text)
+    shown = readable(program)
+    printed = to_text(shown)
+    assert "__" not in printed
+    assert "T[i,k] = A[i,k] * 2" in printed
+    assert "sum[h2,h]" in printed  # 'h' is taken by a plain iterator: the derived one is h2
+    assert equivalent(shown, program)
+    assert equivalent(parse(to_text(shown, declarations=True)), program)
