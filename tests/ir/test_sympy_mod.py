@@ -44,3 +44,13 @@ def test_sympy_and_the_interpreter_agree_with_integer_arithmetic(tree):
             want = value(a, b)
             assert int(sympy.sympify(expr).subs({i: a, j: b})) == want
             assert int(got[a + 4, b]) == want
+
+
+def test_mods_of_scaled_mods_keep_their_values():
+    for c in range(-4, 9):
+        for m in range(1, 7):
+            for q in range(1, 7):
+                for k in (0, 1, q + 1):
+                    e = sympy.Mod(c * sympy.Mod(i, m) + k, q)
+                    got = [int(e.subs(i, v)) for v in range(-3, 2 * m + 1)]
+                    assert got == [(c * (v % m) + k) % q for v in range(-3, 2 * m + 1)], e
