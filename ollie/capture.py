@@ -9,6 +9,7 @@ real arguments (``ShapeProp``), so each (shapes, dtypes) signature gets its own 
 from __future__ import annotations
 
 import inspect
+import operator
 from typing import Callable
 
 import torch
@@ -29,10 +30,50 @@ def trace(fn: Callable) -> fx.GraphModule:
         raise CaptureError(f"torch.fx could not trace {_name(fn)}: {first_line}") from e
 
 
+# Integer arithmetic on shapes: ``b, n, c = x.shape``, ``x.size(0) * 2``, ``x.dim() - 1``.
+SHAPE_QUERIES = {"size", "dim", "numel"}
+INT_OPS = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
+           operator.mod, operator.neg}
+
+
+class _ShapeAndStaticProp(ShapeProp):
+    """ShapeProp that also keeps the values of nodes computed from shapes alone (``static``):
+    they are the same for every call with the same input shapes, i.e. for a whole plan."""
+
+    def run_node(self, n: fx.Node):
+        result = super().run_node(n)
+        if _is_shape_arithmetic(n) and _is_int_data(result):
+            n.meta["static_value"] = result
+        return result
+
+
+def _is_shape_arithmetic(n: fx.Node) -> bool:
+    if n.op == "call_method":
+        return n.target in SHAPE_QUERIES
+    if n.op != "call_function":
+        return False
+    if n.target is getattr:
+        return n.args[1] in ("shape", "ndim")
+    inputs = n.all_input_nodes
+    return n.target in INT_OPS and bool(inputs) and all("static_value" in a.meta for a in inputs)
+
+
+def _is_int_data(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return all(_is_int_data(x) for x in v)
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def propagate_shapes(gm: fx.GraphModule, args: tuple) -> None:
-    """Run ``gm`` once on ``args`` and record each node's tensor metadata in ``node.meta``."""
+    """Run ``gm`` once on ``args``; record each node's tensor metadata in ``node.meta`` and,
+    for shape arithmetic, its value (``node.meta["static_value"]``)."""
     with torch.no_grad():
-        ShapeProp(gm).propagate(*args)
+        _ShapeAndStaticProp(gm).propagate(*args)
+
+
+def static_value(node: fx.Node):
+    """The value of a shape-arithmetic node, or None."""
+    return node.meta.get("static_value")
 
 
 def tensor_meta(node: fx.Node):

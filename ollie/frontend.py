@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import ir
 from ir import ops
-from ollie.capture import tensor_meta
+from ollie.capture import static_value, tensor_meta
 
 # torch target (function, or method name for call_method) -> operator-library builder.
 # Builders take torch's own argument names, so fx args/kwargs pass straight through.
@@ -109,13 +109,15 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
     def materialised(n: fx.Node) -> bool:
         if n not in exprs:
             return False
-        users = list(n.users)
+        users = [u for u in n.users if static_value(u) is None]  # shape queries need no value
         return (n in forced or len(users) != 1 or users[0].op == "output"
                 or _builder(users[0]) is None)
 
     for node in gm.graph.nodes:
         builder = _builder(node)
         if builder is None:
+            if static_value(node) is not None:
+                continue  # shape arithmetic: a constant for the plan
             if node.op in ("call_function", "call_method", "call_module"):
                 reasons[node] = f"no Ollie operator for {_describe(node)}"
             continue
@@ -124,6 +126,8 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
 
         def operand(a):
             if isinstance(a, fx.Node):
+                if static_value(a) is not None:
+                    return static_value(a)
                 if a in exprs and not materialised(a):
                     folded.extend(members[a])
                     ins.update(region_inputs[a])

@@ -34,6 +34,8 @@ class Plan:
                 self.steps.append(("input", node))
             elif node.op == "output":
                 self.output_node = node
+            elif "static_value" in node.meta:  # shape arithmetic: fixed for this plan
+                self.steps.append(("const", node))
             elif node in kernels:
                 self.steps.append(("kernel", kernels[node]))
             elif node not in skipped:
@@ -47,6 +49,8 @@ class Plan:
                 env[item.node] = item.kernel(*[env[n] for n in item.input_nodes])
             elif kind == "eager":
                 env[item] = run_node(self.gm, item, env)
+            elif kind == "const":
+                env[item] = item.meta["static_value"]
             else:
                 env[item] = next(arg_iter)
         return fx.node.map_arg(self.output_node.args[0], env.__getitem__)

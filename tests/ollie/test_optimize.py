@@ -210,3 +210,31 @@ def test_progress_line_reports_derivation_and_measurement(capsys):
     f(*chain_args(64, 32, 4))
     err = capsys.readouterr().err
     assert "deriving" in err or "measuring" in err  # rich's transient status line
+
+
+def test_shape_arithmetic_is_folded_into_one_region():
+    def f(a, b, c):
+        n = a.shape[0]
+        return ((a.view(n, -1) @ b) @ c).reshape(a.size(0) // 2, -1)
+
+    g = ollie.optimize(f)
+    a, b, c = torch.randn(64, 8, 128), torch.randn(1024, 1024), torch.randn(1024, 4)
+    compiled = g.explain(a, b, c).compiled
+    assert len(compiled.regions) == 1 and not compiled.eager_nodes
+    assert [op for op in compiled.regions[0].ops] == [".view", "matmul", "matmul", ".reshape"]
+    assert compiled.regions[0].decision == "adopted"  # the plan runs the shape nodes as constants
+    ref = f(a, b, c)
+    assert torch.allclose(g(a, b, c), ref, rtol=1e-4, atol=1e-3 * ref.abs().max().item())
+    a2 = torch.randn(32, 8, 128)  # another signature: its own shape constants
+    ref2 = f(a2, b, c)
+    assert torch.allclose(g(a2, b, c), ref2, rtol=1e-4, atol=1e-3 * ref2.abs().max().item())
+
+
+def test_values_computed_from_data_are_not_constants():
+    def f(x):
+        return torch.relu(x * x.abs().max().item())  # a scalar from the data, not the shape
+
+    g = ollie.optimize(f)
+    x = torch.randn(4, 3)
+    assert torch.equal(g(x), f(x))
+    assert torch.equal(g(x * 3), f(x * 3))  # same signature, other data
