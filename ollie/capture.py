@@ -31,7 +31,10 @@ def trace(fn: Callable) -> fx.GraphModule:
 
 
 # Integer arithmetic on shapes: ``b, n, c = x.shape``, ``x.size(0) * 2``, ``x.dim() - 1``.
-SHAPE_QUERIES = {"size", "dim", "numel"}
+# Layout queries are as fixed once the inputs' layouts are part of the signature, which
+# ``ollie.optimize`` makes them for a function that uses them (see ``uses_layout``).
+LAYOUT_QUERIES = {"stride", "storage_offset"}
+SHAPE_QUERIES = {"size", "dim", "numel"} | LAYOUT_QUERIES
 INT_OPS = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
            operator.mod, operator.neg}
 
@@ -44,6 +47,8 @@ class _ShapeAndStaticProp(ShapeProp):
         result = super().run_node(n)
         if _is_shape_arithmetic(n) and _is_int_data(result):
             n.meta["static_value"] = result
+        if isinstance(result, torch.Tensor):
+            n.meta["storage_offset"] = result.storage_offset()
         return result
 
 
@@ -69,6 +74,14 @@ def propagate_shapes(gm: fx.GraphModule, args: tuple) -> None:
     for shape arithmetic, its value (``node.meta["static_value"]``)."""
     with torch.no_grad():
         _ShapeAndStaticProp(gm).propagate(*args)
+
+
+def uses_layout(gm: fx.GraphModule) -> bool:
+    """Whether values in ``gm`` depend on memory layout (strides, storage offsets), not only
+    on shapes: then a plan holds only for inputs laid out as at capture."""
+    return any((n.op == "call_method" and n.target in LAYOUT_QUERIES | {"as_strided"})
+               or (n.op == "call_function" and n.target is torch.as_strided)
+               for n in gm.graph.nodes)
 
 
 def static_value(node: fx.Node):

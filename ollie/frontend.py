@@ -51,6 +51,8 @@ OPERATORS = {
     torch.squeeze: ops.squeeze, "squeeze": ops.squeeze, torch.unsqueeze: ops.unsqueeze,
     "unsqueeze": ops.unsqueeze, "unfold": ops.unfold, F.pad: ops.pad,
     torch.cat: ops.cat, torch.stack: ops.stack, "expand": ops.expand,
+    "contiguous": ops.contiguous, "as_strided": ops.as_strided, torch.as_strided: ops.as_strided,
+    operator.getitem: ops.getitem,
 }
 
 FLOATING = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -114,10 +116,10 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
                 or _builder(users[0]) is None)
 
     for node in gm.graph.nodes:
+        if static_value(node) is not None:
+            continue  # shape arithmetic: a constant for the plan
         builder = _builder(node)
         if builder is None:
-            if static_value(node) is not None:
-                continue  # shape arithmetic: a constant for the plan
             if node.op in ("call_function", "call_method", "call_module"):
                 reasons[node] = f"no Ollie operator for {_describe(node)}"
             continue
@@ -142,6 +144,8 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
                 return ir.Tensor(a.name, shape, FLOATING[dtype])
             if isinstance(a, (list, tuple)):
                 return type(a)(operand(x) for x in a)
+            if isinstance(a, slice):
+                return slice(operand(a.start), operand(a.stop), operand(a.step))
             return a
 
         try:
@@ -152,6 +156,8 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
             kwargs = {k: operand(v) for k, v in node.kwargs.items()}
             if builder is ops.einsum and len(args) == 2 and isinstance(args[1], (list, tuple)):
                 args = [args[0], *args[1]]  # torch.einsum(eq, [a, b]) form
+            if builder is ops.as_strided:
+                args, kwargs = _offset_from_first_element(node, args, kwargs)
             expr = builder(*args, **kwargs)
             if expr.shape != meta[0]:
                 raise Unsupported(f"shape {expr.shape} differs from torch's {meta[0]}")
@@ -168,6 +174,32 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
     regions = [Region(n, exprs[n], region_inputs[n], members[n])
                for n in exprs if materialised(n)]
     return Translation(regions, reasons), newly_forced
+
+
+def _offset_from_first_element(node: fx.Node, args: list, kwargs: dict):
+    """torch's as_strided indexes the *storage*; ``ops.as_strided`` the operand's row-major
+    elements. They agree for a contiguous operand once the offset counts from its first
+    element (the layout at capture holds for the plan: see ``capture.uses_layout``)."""
+    source = node.args[0] if node.args else node.kwargs.get("input")
+    meta = source.meta.get("tensor_meta") if isinstance(source, fx.Node) else None
+    if meta is None:
+        raise Unsupported("as_strided of a value whose layout is unknown")
+    shape, stride = tuple(meta.shape), tuple(meta.stride)
+    if stride != _row_major_strides(shape):
+        raise Unsupported(f"as_strided of a non-contiguous tensor (strides {stride})")
+    own = source.meta.get("storage_offset", 0)
+    params = dict(zip(("input", "size", "stride", "storage_offset"), args), **kwargs)
+    absolute = params.get("storage_offset")
+    params["storage_offset"] = 0 if absolute is None else absolute - own
+    return [], params
+
+
+def _row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, inner = [], 1
+    for n in reversed(shape):
+        out.append(inner)
+        inner *= max(n, 1)
+    return tuple(out[::-1])
 
 
 def _describe(node: fx.Node) -> str:

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from ollie import compile_region
-from ollie.capture import CaptureError, propagate_shapes, trace
+from ollie.capture import CaptureError, propagate_shapes, trace, uses_layout
 from ollie.frontend import translate
 from ollie.plan import KernelStep, Plan, record_values
 
@@ -57,6 +57,7 @@ class OptimizedFunction:
         self.fn = fn
         self.options = options
         self._cache: dict[tuple, Compiled] = {}
+        self._uses_layout: bool | None = None  # known after the first trace
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -65,7 +66,7 @@ class OptimizedFunction:
     def __call__(self, *args, **kwargs):
         if kwargs:
             args = self._positional(args, kwargs)
-        key = signature_key(args)
+        key = self._key(args)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._cache[key] = self._compile(args)
@@ -75,12 +76,20 @@ class OptimizedFunction:
         """What was captured, the rule chain applied, the chosen programs and their costs."""
         if kwargs:
             args = self._positional(args, kwargs)
-        key = signature_key(args)
+        key = self._key(args)
         if key not in self._cache:
             self._cache[key] = self._compile(args)
         return Explanation(self.__name__, self._cache[key])
 
     # -- compilation ---------------------------------------------------------------------
+    def _key(self, args: tuple) -> tuple:
+        if self._uses_layout is None:
+            try:
+                self._uses_layout = uses_layout(trace(self.fn))
+            except CaptureError:
+                self._uses_layout = False  # it will run eagerly anyway
+        return signature_key(args, layout=self._uses_layout)
+
     def _positional(self, args, kwargs) -> tuple:
         if self._signature is None:
             raise TypeError(f"{self.__name__}: keyword arguments need an inspectable signature")
@@ -181,11 +190,14 @@ class Explanation:
         p.text(str(self))
 
 
-def signature_key(args: tuple) -> tuple:
+def signature_key(args: tuple, layout: bool = False) -> tuple:
+    """What a plan depends on: shapes, dtypes, devices (and strides and storage offsets, for a
+    function that reads its inputs' layout); other arguments by value."""
     key = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            key.append(("T", tuple(a.shape), a.dtype, a.device.type, a.requires_grad))
+            key.append(("T", tuple(a.shape), a.dtype, a.device.type, a.requires_grad)
+                       + ((a.stride(), a.storage_offset()) if layout else ()))
         else:
             try:
                 hash(a)

@@ -23,8 +23,8 @@ from ir.ops.elementwise import (
 from ir.ops.linear_algebra import bmm, dot, linear, matmul, mm, mv
 from ir.ops.reduction import amax, amin, log_softmax, mean, softmax, sum
 from ir.ops.shape import (
-    cat, expand, flatten, pad, permute, reshape, slice, squeeze, stack, transpose, unfold,
-    unsqueeze, view,
+    as_strided, cat, contiguous, expand, flatten, getitem, pad, permute, reshape, slice, squeeze,
+    stack, transpose, unfold, unsqueeze, view,
 )
 
 __all__ = [
@@ -40,5 +40,5 @@ __all__ = [
     "sum", "mean", "amax", "amin", "softmax", "log_softmax",
     # shape
     "transpose", "permute", "reshape", "view", "flatten", "squeeze", "unsqueeze", "slice",
-    "unfold", "pad", "cat", "stack", "expand",
+    "unfold", "pad", "cat", "stack", "expand", "contiguous", "as_strided", "getitem",
 ]

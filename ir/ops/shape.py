@@ -3,7 +3,9 @@
 ``transpose``/``permute`` swap iterators; ``reshape`` groups input and output dims whose sizes
 multiply alike and maps each group through its flat index (floor-div / mod only where the
 group really merges or splits dims); ``slice`` and ``unfold`` are affine reads; ``pad`` and
-``cat`` rely on out-of-bounds reads being 0 (``cat`` is a sum of shifted reads).
+``cat`` rely on out-of-bounds reads being 0 (``cat`` is a sum of shifted reads);
+``as_strided`` reads the input's row-major elements at an affine flat position, unravelled
+with the output's ranges so that floors and mods appear only where they are needed.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Sequence
 
 import sympy
 
+from ir.index_math import simplify_index
 from ir.nodes import Const, Expr, Scope
 from ir.ops._util import (
     OpError, axis_names, fmt_shape, iters, normalize_dim, normalize_dims, numel, operand, read,
@@ -19,7 +22,8 @@ from ir.ops._util import (
 )
 
 __all__ = ["transpose", "permute", "reshape", "view", "flatten", "squeeze", "unsqueeze",
-           "slice", "unfold", "pad", "cat", "stack", "expand"]
+           "slice", "unfold", "pad", "cat", "stack", "expand", "contiguous", "as_strided",
+           "getitem"]
 
 
 def _remap(op: str, x, out_shape: Sequence[int], index_of) -> Scope:
@@ -285,3 +289,92 @@ def expand(input, *sizes):
         raise OpError("expand", f"-1 is not allowed for new leading dims, got {sizes}")
     return _remap("expand", x, shape, lambda s: [
         0 if n == 1 and shape[lead + d] != 1 else s[lead + d] for d, n in enumerate(x.shape)])
+
+
+def contiguous(input, memory_format=None):
+    """torch.Tensor.contiguous: the same values (a copy the derivations inline away)."""
+    x = operand("contiguous", input)
+    return _remap("contiguous", x, x.shape, lambda s: s)
+
+
+def as_strided(input, size, stride, storage_offset: int | None = None):
+    """torch.as_strided over a contiguous input:
+    ``out[i...] = flat(x)[storage_offset + sum_k stride[k] * i[k]]``, ``flat(x)`` being ``x``'s
+    elements in row-major order. torch reads the tensor's *storage*; the two agree when ``x``
+    is contiguous and ``storage_offset`` counts from ``x``'s first element (the caller's
+    job). Every position read must lie inside ``x``."""
+    x = operand("as_strided", input)
+    size, stride = _ints("as_strided", "size", (size,)), _ints("as_strided", "stride", (stride,))
+    offset = 0 if storage_offset is None else storage_offset
+    if len(size) != len(stride):
+        raise OpError("as_strided", f"size {size} and stride {stride} differ in length")
+    if builtins.any(n < 0 for n in size) or not isinstance(offset, int):
+        raise OpError("as_strided", f"bad size {size} or storage_offset {offset!r}")
+    if builtins.all(n > 0 for n in size):
+        first = offset + builtins.sum(min(0, s * (n - 1)) for s, n in zip(stride, size))
+        last = offset + builtins.sum(max(0, s * (n - 1)) for s, n in zip(stride, size))
+        if first < 0 or last >= numel(x.shape):
+            raise OpError("as_strided", f"reads flat positions {first}..{last}, outside the "
+                                        f"{numel(x.shape)} elements of {fmt_shape(x.shape)}")
+
+    def index_of(s):
+        ranges = {str(v): (0, n) for v, n in zip(s, size)}
+        flat = offset + builtins.sum((k * v for k, v in zip(stride, s)), sympy.Integer(0))
+        out, inner = [], 1
+        for d in reversed(range(x.rank)):  # dim d's index is digit d of flat, in x's shape
+            digit = sympy.floor(flat / inner)
+            if d > 0:  # dim 0 needs no mod: flat < numel(x)
+                digit = sympy.Mod(digit, x.shape[d])
+            out.append(simplify_index(digit, ranges))
+            inner *= x.shape[d]
+        return out[::-1]
+    return _remap("as_strided", x, size, index_of)
+
+
+def getitem(input, index):
+    """``x[index]`` with basic indexing: ints, slices (step > 0), ``...`` and ``None``."""
+    x = operand("getitem", input)
+    items = index if isinstance(index, tuple) else (index,)
+    real = [i for i in items if i is not None and i is not Ellipsis]
+    if builtins.sum(i is Ellipsis for i in items) > 1 or len(real) > x.rank:
+        raise OpError("getitem", f"index {index!r} does not fit shape {fmt_shape(x.shape)}")
+    fill = (builtins.slice(None),) * (x.rank - len(real))
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items = items[:k] + fill + items[k + 1:]
+    else:
+        items = items + fill
+    shape, reads, d = [], [], 0  # reads: per output dim or int index, how x's dim is read
+    for item in items:
+        if item is None:
+            shape.append(1)
+            reads.append(("new",))
+            continue
+        n = x.shape[d]
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not -n <= item < n:
+                raise OpError("getitem", f"index {item} is out of bounds for dim {d} of "
+                                         f"size {n}")
+            reads.append(("at", item % n))
+        elif isinstance(item, builtins.slice):
+            lo, hi, step = item.indices(n)
+            if step <= 0:
+                raise OpError("getitem", f"slice step must be positive, got {step}")
+            shape.append(len(range(lo, hi, step)))
+            reads.append(("range", lo, step))
+        else:
+            raise OpError("getitem", f"only ints, slices, ... and None index a tensor here, "
+                                     f"got {type(item).__name__}")
+        d += 1
+
+    def index_of(s):
+        out, k = [], 0
+        for r in reads:
+            if r[0] == "at":
+                out.append(r[1])
+                continue
+            if r[0] == "range":
+                out.append(r[1] + r[2] * s[k])
+            k += 1
+        return out
+    return _remap("getitem", x, shape, index_of)

@@ -160,3 +160,73 @@ def test_bad_input_messages(call, message):
     (x,) = operands((2, 3, 4))
     with pytest.raises(OpError, match=message):
         call(x)
+
+
+def test_contiguous_keeps_the_values():
+    check_against_torch(ops.contiguous, lambda x: x.contiguous(), (2, 3, 4), name="contiguous")
+
+
+def _random_strided(rng, shape):
+    """A random as_strided view of a contiguous tensor of ``shape`` that stays inside it."""
+    total = 1
+    for n in shape:
+        total *= n
+    rank = int(rng.integers(1, 5))
+    size = tuple(int(rng.integers(1, 5)) for _ in range(rank))
+    stride = tuple(int(rng.integers(0, 9)) for _ in range(rank))
+    span = sum(s * (n - 1) for s, n in zip(stride, size))
+    if span >= total:
+        return None
+    return size, stride, int(rng.integers(0, total - span))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_as_strided_matches_torch_on_random_views(seed):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    shapes = [(24,), (4, 6), (2, 3, 4), (3, 1, 2, 5)]
+    checked = 0
+    while checked < 60:
+        shape = shapes[int(rng.integers(len(shapes)))]
+        view = _random_strided(rng, shape)
+        if view is None:
+            continue
+        size, stride, offset = view
+        check_against_torch(lambda x: ops.as_strided(x, size, stride, offset),
+                            lambda x: torch.as_strided(x.contiguous(), size, stride, offset),
+                            shape, name="as_strided")
+        checked += 1
+
+
+def test_as_strided_sliding_windows_need_no_floor_or_mod():
+    (x,) = operands((2, 40, 3))
+    windows = ops.as_strided(x, (2, 28, 4, 3), (120, 3, 6, 1), 6)  # dilation 2, offset 2 rows
+    assert [str(i) for i in windows.body.indices] == ["i", "j + 2*k + 2", "l"]
+
+
+@pytest.mark.parametrize("size,stride,offset", [
+    ((4, 4), (6, 1), 1),   # reaches flat position 1 + 18 + 3 = 22 of 4*5 = 20
+    ((3,), (-1,), 1),      # reaches position -1
+    ((2, 3), (1,), 0),     # lengths differ
+], ids=str)
+def test_as_strided_rejects_views_outside_the_tensor(size, stride, offset):
+    (x,) = operands((4, 5))
+    with pytest.raises(OpError, match="as_strided"):
+        ops.as_strided(x, size, stride, offset)
+
+
+@pytest.mark.parametrize("index", [
+    (Ellipsis, slice(1, 3)), 0, -1, (slice(None), 2), (None, 1, slice(None, None, 2)),
+    (slice(1, None), None, Ellipsis, 0), (Ellipsis,), (1, -2, slice(0, 5, 3)),
+    (slice(-3, -1),), (slice(5, 1),)], ids=str)
+def test_getitem_matches_torch_basic_indexing(index):
+    check_against_torch(lambda x: ops.getitem(x, index), lambda x: x[index], (3, 4, 5),
+                        name="getitem")
+
+
+@pytest.mark.parametrize("index", [(0, 0, 0, 0), (Ellipsis, Ellipsis), 7, (slice(None, None, -1),)],
+                         ids=str)
+def test_getitem_rejects_what_it_cannot_express(index):
+    (x,) = operands((3, 4, 5))
+    with pytest.raises(OpError, match="getitem"):
+        ops.getitem(x, index)

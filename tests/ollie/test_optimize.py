@@ -238,3 +238,47 @@ def test_values_computed_from_data_are_not_constants():
     x = torch.randn(4, 3)
     assert torch.equal(g(x), f(x))
     assert torch.equal(g(x * 3), f(x * 3))  # same signature, other data
+
+
+def test_banded_windows_from_strided_views_compose_into_one_region():
+    from ollie.bench_gpu import g2bmm_fn
+
+    fn = g2bmm_fn(w=8, d=4, chunk=8)  # pad, as_strided windows, einsum per chunk, cat
+    q, k = torch.randn(2, 64, 16), torch.randn(2, 64, 16)
+    g = ollie.optimize(fn)
+    compiled = g.explain(q, k).compiled
+    assert len(compiled.regions) == 1 and not compiled.eager_nodes
+    assert torch.allclose(g(q, k), fn(q, k), atol=1e-5)
+
+
+def test_functions_reading_layout_get_a_plan_per_layout():
+    def windows(x):  # reads x's storage: the answer depends on x's layout
+        return torch.relu(x.as_strided((3, 4), (2, 1), x.storage_offset() + 1))
+
+    g = ollie.optimize(windows)
+    x = torch.randn(4, 4)
+    assert torch.equal(g(x), windows(x))
+    t = torch.randn(4, 4).t()  # same shape, other strides
+    assert torch.equal(g(t), windows(t))
+    s = torch.randn(20)[3:19].view(4, 4)  # same shape and strides, other storage offset
+    assert torch.equal(g(s), windows(s))
+    assert len(g._cache) == 3
+
+
+def test_functions_not_reading_layout_share_a_plan_across_layouts():
+    g = ollie.optimize(lambda x: torch.relu(x) * 2)
+    x = torch.randn(4, 4)
+    assert torch.equal(g(x), torch.relu(x) * 2)
+    assert torch.equal(g(x.t()), torch.relu(x.t()) * 2)
+    assert len(g._cache) == 1
+
+
+def test_basic_indexing_composes():
+    def f(x):
+        return torch.relu(x[:, 1:5]) + x[..., None, 0]
+
+    g = ollie.optimize(f)
+    x = torch.randn(8, 6)
+    compiled = g.explain(x).compiled
+    assert not compiled.eager_nodes
+    assert torch.equal(g(x), f(x))

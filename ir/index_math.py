@@ -1,0 +1,113 @@
+"""Index arithmetic over iterator ranges: bounds of an index expression, and floors and mods
+removed where the ranges decide them. Shared by the operator library (``as_strided``) and
+the derivation rules that invent iterators (``derivations.rules.iterator_split``)."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import sympy
+
+Ranges = dict[str, tuple[int, int]]  # iterator -> half-open range lo:hi
+
+
+def decompose(e: sympy.Expr, a: int) -> tuple[sympy.Expr, sympy.Expr]:
+    """``e = a*X + Y``: X takes the terms whose integer coefficient ``a`` divides and
+    ``const // a``; Y the other terms and ``const % a``."""
+    x, y = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(e)):
+        c, core = term.as_coeff_Mul()
+        if c.is_Integer and core == 1:
+            x, y = x + int(c) // a, y + int(c) % a
+        elif c.is_Integer and int(c) % a == 0:
+            x += (int(c) // a) * core
+        else:
+            y += term
+    return x, y
+
+
+def index_range(e: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
+    """Inclusive ``(min, max)`` bounds of ``e`` over ``ranges`` (interval arithmetic: sound,
+    not always tight)."""
+    lo, hi = _interval(sympy.sympify(e), ranges)
+    return math.floor(lo), math.ceil(hi)
+
+
+def _interval(e: sympy.Expr, ranges: Ranges) -> tuple[Fraction, Fraction]:
+    if e.is_Rational:
+        v = Fraction(int(e.p), int(e.q))
+        return v, v
+    if e.is_Symbol:
+        lo, hi = ranges[e.name]
+        return Fraction(lo), Fraction(max(hi - 1, lo))
+    if isinstance(e, sympy.Add):
+        parts = [_interval(a, ranges) for a in e.args]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if isinstance(e, sympy.Mul):
+        lo = hi = Fraction(1)
+        for a in e.args:
+            alo, ahi = _interval(a, ranges)
+            ends = (lo * alo, lo * ahi, hi * alo, hi * ahi)
+            lo, hi = min(ends), max(ends)
+        return lo, hi
+    if isinstance(e, sympy.floor):
+        lo, hi = _interval(e.args[0], ranges)
+        return Fraction(math.floor(lo)), Fraction(math.floor(hi))
+    if isinstance(e, sympy.Mod):
+        (lo, hi), m = _interval(e.args[0], ranges), int(e.args[1])
+        k = math.floor(lo / m)
+        if math.floor(hi / m) == k:
+            return lo - k * m, hi - k * m
+        return Fraction(0), Fraction(m - 1)
+    raise ValueError(f"unsupported index expression {e} ({type(e).__name__})")
+
+
+def safe_mod(arg: sympy.Expr, m: int) -> sympy.Expr:
+    """``Mod(arg, m)`` built so that sympy never sees a ``Mod`` inside its argument: sympy
+    1.14 evaluates ``Mod(c*Mod(x, q), m)`` wrongly (``Mod(2*Mod(x, 3), 3)`` -> ``2*Mod(x, 3)``;
+    sympy issues 28744, 29757). A term ``c*Mod(x, q)`` with ``m | c*q`` becomes ``c*x``; any
+    other inner ``Mod(x, q)`` is written ``x - q*floor(x/q)``."""
+    terms = []
+    for term in sympy.Add.make_args(sympy.sympify(arg)):
+        c, core = term.as_coeff_Mul()
+        if isinstance(core, sympy.Mod) and c.is_Integer and (int(c) * int(core.args[1])) % m == 0:
+            term = c * core.args[0]
+        terms.append(_demod(term))
+    return sympy.Mod(sympy.Add(*terms), m)
+
+
+def _demod(e: sympy.Expr) -> sympy.Expr:
+    if not e.has(sympy.Mod):
+        return e
+    if isinstance(e, sympy.Mod):
+        x = _demod(e.args[0])
+        return x - e.args[1] * sympy.floor(x / e.args[1])
+    return e.func(*(_demod(a) for a in e.args))
+
+
+def simplify_index(e: sympy.Expr, ranges: Ranges) -> sympy.Expr:
+    """``e`` with floors and mods removed where ``ranges`` decide them:
+    ``floor((a*X + Y)/a) = X + k`` and ``(a*X + Y) % a = Y - a*k`` when ``Y`` in ``a*k:a*k+a``;
+    ``floor(floor(x/b)/a) = floor(x/(a*b))``."""
+    e = sympy.sympify(e)
+    if e.is_Integer or e.is_Symbol:
+        return e
+    if isinstance(e, sympy.floor):
+        num, den = e.args[0].as_numer_denom()
+        num, den = simplify_index(num, ranges), int(den)
+        if isinstance(num, sympy.floor):  # floor(floor(x/b)/den)
+            inner, b = num.args[0].as_numer_denom()
+            return simplify_index(sympy.floor(inner / (int(b) * den)), ranges)
+        x, y = decompose(num, den)
+        lo, hi = index_range(y, ranges)
+        k = lo // den
+        return x + k if hi // den == k else x + sympy.floor(y / den)
+    if isinstance(e, sympy.Mod):
+        m = int(e.args[1])
+        _, y = decompose(simplify_index(e.args[0], ranges), m)
+        lo, hi = index_range(y, ranges)
+        k = lo // m
+        return y - k * m if hi // m == k else safe_mod(y, m)
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        return sympy.expand(e.func(*(simplify_index(a, ranges) for a in e.args)))
+    return e
