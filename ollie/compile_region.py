@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -148,19 +148,20 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
                                                 seconds=options.budget_s),
                             on_iteration=show.derivation(report.root_name))
         candidates = derivation.candidates(options.candidates, cost)
+        second_opinion = _analytic_pick(region.expr, derivation, candidates, cost)
         report.derive_s = time.perf_counter() - t0
         report.derivation = derivation.report
     except Exception as e:  # a derivation bug must not break the user's function
         report.decision = f"eager: derivation failed: {_first_line(e)}"
         return
-    report.candidates = candidates
+    report.candidates = candidates + second_opinion
     cheapest = min(candidates, key=lambda c: c.cost)
     report.chosen, report.rule_chain, report.cost_after = (
         cheapest.program, cheapest.rule_chain, cheapest.cost)
-    if cheapest.cost >= report.cost_before * 0.95:
+    if cheapest.cost >= report.cost_before * 0.95 and not second_opinion:
         report.decision = NOT_CHEAPER
         return
-    promising = [c for c in candidates if c.cost < report.cost_before * 0.95]
+    promising = [c for c in candidates if c.cost < report.cost_before * 0.95] + second_opinion
     results, labels = [], []
     backends = _backends(options, tensors)
     total = len(backends) * len(promising)
@@ -203,6 +204,20 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         report.decision = NOT_FASTER
         return
     _adopt(report, winner.kernel)
+
+
+def _analytic_pick(original: ir.Scope, derivation, candidates: list, cost) -> list:
+    """The program the analytic (flops and bytes) cost likes best, when the learned model
+    left it out of its top k: a second opinion for programs unlike the model's training
+    data (a banded product joined from chunks, say). It is priced by the learned model like
+    the others and only measurement decides."""
+    analytic = ir.analysis.analytic_cost
+    best = derivation.candidates(1, analytic)[0]
+    if not best.rule_chain or \
+            best.cost >= ir.analysis.program_cost(original, analytic) * 0.95 or \
+            any(ir.fingerprint(c.program) == ir.fingerprint(best.program) for c in candidates):
+        return []
+    return [replace(best, cost=ir.analysis.program_cost(best.program, cost))]
 
 
 def _adopt(report, kernel) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from derivations.index_rules import IndexRule
 from derivations.rules.bounds import relax, tighten
 from derivations.rules.fusion import distribute, factor, fuse_terms, hoist, split_terms
+from derivations.rules.joining import join_ranges
 from derivations.rules.merging import inline_reads
 from derivations.rules.substitution import substitutions
 
@@ -31,6 +32,10 @@ SPLIT_TERMS = IndexRule(
 FUSE_TERMS = IndexRule(
     "fuse_terms", "expression fusion: scopes with equal summation ranges added become one",
     fuse_terms)  # A[t] + B[t] = sum[s] (P + Q)   when A = sum[s] P, B = sum[s'] Q, s ~ s'
+JOIN_RANGES = IndexRule(
+    "join_ranges", "range joining: pieces of one computation over adjacent ranges (a cat of "
+    "chunks, a sum of chunked sums) become one scope over their union",
+    join_ranges)  # A[t] + B[t-8] = J[t]   when B(u) = A-body(u+8) and the ranges abut
 HOIST = IndexRule(
     "hoist", "expression splitting: a computed factor reading fewer iterators becomes a tensor",
     hoist)  # sum[k] A[i,k]*(B[k,j] + C[k,j]) = sum[k] A[i,k]*H[k,j],  H = B + C
@@ -41,8 +46,8 @@ FACTOR = IndexRule(
     "factor", "factoring: common factors of a sum of products pulled out (canonical form)",
     factor)  # a*c + b*c = (a + b) * c,  then split moves sums inward past c
 
-EXPLORATIVE = (SUBSTITUTE, TIGHTEN, RELAX, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, HOIST,
-               DISTRIBUTE, FACTOR)
+EXPLORATIVE = (SUBSTITUTE, TIGHTEN, RELAX, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, JOIN_RANGES,
+               HOIST, DISTRIBUTE, FACTOR)
 BY_NAME = {r.name: r for r in EXPLORATIVE}
 
 
@@ -59,8 +64,8 @@ def layout_rules() -> tuple[IndexRule, ...]:
 
 # What ``derive`` runs by default: relaxing is left out (it only pays with iterator
 # splitting to exact multiples, and growing then tightening every range multiplies forms).
-DEFAULT = (SUBSTITUTE, TIGHTEN, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, HOIST, DISTRIBUTE,
-           FACTOR)
+DEFAULT = (SUBSTITUTE, TIGHTEN, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, JOIN_RANGES, HOIST,
+           DISTRIBUTE, FACTOR)
 
 
 def default_index_rules() -> tuple[IndexRule, ...]:
