@@ -1,0 +1,101 @@
+"""Range joining: pieces of one computation over adjacent ranges become one scope."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ir import Tensor, ops, parse, patterns
+from ir.nodes import sub_scopes
+from derivations import Budget, derive
+from derivations.rules.joining import join_ranges
+
+from derivation_helpers import check_equiv
+
+A, B = Tensor("A", (6, 5)), Tensor("B", (5, 9))
+
+
+def columns(lo: int, hi: int, b=B):
+    """Columns lo:hi of A @ b, as torch code computing a chunk would."""
+    return ops.matmul(A, ops.getitem(b, (slice(None), slice(lo, hi))))
+
+
+@pytest.mark.parametrize("cut", [1, 4, 8])
+def test_a_cat_of_column_chunks_joins_into_one_product(cut):
+    whole = ops.cat([columns(0, cut), columns(cut, 9)], dim=1)
+    joined = join_ranges(whole)
+    assert joined, "adjacent chunks of one product should join"
+    for j in joined:
+        check_equiv(whole, j)
+        # one product over all 9 columns remains: no add, no piece
+        assert any(s.shape == (6, 9) and s.summation for s in sub_scopes(j))
+
+
+@pytest.mark.parametrize("second,shift,joins", [
+    ("j in 0:4", 5, True),    # columns 5:9 after 0:5: adjacent
+    ("j in 0:5", 4, False),   # columns 4:9: column 4 counted twice
+    ("j in 0:3", 6, False),   # columns 6:9: column 5 would be computed, not 0
+], ids=["adjacent", "overlap", "gap"])
+def test_only_adjacent_pieces_join(second, shift, joins):
+    program = parse(f"""A: f32[6,5]
+B: f32[5,9]
+P[i,j] = sum[k] A[i,k] * B[k,j] where j in 0:5
+Q[i,j] = sum[k] A[i,k] * B[k,j+{shift}] where {second}
+O[i,j] = P[i,j] + Q[i,j-{shift}] where j in 0:9""")
+    joined = join_ranges(program)
+    assert bool(joined) == joins
+    for j in joined:
+        check_equiv(program, j)
+
+
+def test_pieces_of_different_computations_do_not_join():
+    other = Tensor("C", (5, 9))
+    mixed = ops.cat([columns(0, 4), columns(4, 9, b=other)], dim=1)
+    assert join_ranges(mixed) == []
+
+
+def test_chunked_partial_sums_join_into_one_sum():
+    x, y = Tensor("x", (4, 12)), Tensor("y", (12, 3))
+    parts = [ops.matmul(ops.getitem(x, (slice(None), slice(lo, lo + 4))),
+                        ops.getitem(y, (slice(lo, lo + 4),))) for lo in (0, 4)]
+    total = ops.add(*parts)
+    joined = join_ranges(total)
+    assert joined
+    for j in joined:
+        check_equiv(total, j)
+        assert any(it.extent == 8 for s in sub_scopes(j) for it in s.summation)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=4))
+def test_every_chunking_of_a_product_derives_back_to_one_product(widths):
+    n = sum(widths)
+    b = Tensor("B", (5, n))
+    chunks, lo = [], 0
+    for w in widths:
+        chunks.append(ops.matmul(A, ops.getitem(b, (slice(None), slice(lo, lo + w)))))
+        lo += w
+    whole = ops.cat(chunks, dim=1)
+    d = derive(whole, Budget(nodes=5000, seconds=20))
+    found = [c for c in d.candidates(3, lambda s: float(len(str(s))))
+             if c.operators == ("matmul",)]
+    assert found, [c.operators for c in d.candidates(3, lambda s: float(len(str(s))))]
+    check_equiv(whole, found[0].program)
+
+
+def test_chunked_dilated_banded_product_derives_to_one_g2bmm():
+    """Longformer's Q.K^T computed in chunks of strided windows (as ``bench_gpu`` writes it
+    for eager torch) is one dilated G2BMM."""
+    b, n, c, w, d, chunk = 2, 40, 8, 4, 2, 4
+    q, k = Tensor("q", (b, n, c)), Tensor("k", (b, n, c))
+    padded = ops.contiguous(ops.pad(k, (0, 0, w * d, w * d)))
+    rows = n + 2 * w * d
+    outs = []
+    for j0 in range(0, 2 * w + 1, chunk):
+        count = min(chunk, 2 * w + 1 - j0)
+        windows = ops.as_strided(padded, (b, n, count, c), (rows * c, c, d * c, 1), j0 * d * c)
+        outs.append(ops.einsum("bic,bijc->bij", q, windows))
+    whole = ops.cat(outs, dim=-1)
+    cands = derive(whole, Budget(nodes=20000, seconds=30)).candidates(4, lambda s: float(
+        len(str(s))))
+    banded = [x for x in cands if x.operators == ("g2bmm",)]
+    assert banded and banded[0].verified
+    match = patterns.match_g2bmm(banded[0].program)
+    assert match is not None
