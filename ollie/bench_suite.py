@@ -109,10 +109,26 @@ def _dilated(s):
     return dilated_conv, _inputs((1, c, hw, hw), (c, c, 3, 3))
 
 
+def _chunked_band(s):
+    from ollie.bench_gpu import g2bmm_fn
+    heads, seq, feats, w = _dim(4, s), _dim(1024, s, 16), _dim(64, s), _dim(64, s, 2)
+    return g2bmm_fn(w, 4), _inputs((heads, seq, feats), (heads, seq, feats))
+
+
+def _chunked_band_pv(s):
+    from ollie.bench_gpu import gbmm_fn
+    heads, seq, feats, w = _dim(4, s), _dim(1024, s, 16), _dim(64, s), _dim(64, s, 2)
+    return gbmm_fn(w, 4), _inputs((heads, seq, 2 * w + 1), (heads, seq, feats))
+
+
 CASES = [
     Case("matmul_chain", "(a @ b) @ c, thin last factor", _matmul_chain),
     Case("einsum4", "einsum ij,jk,kl,lm->im, skewed sizes", _einsum4),
     Case("longformer_qk", "banded Q·Kᵀ via pad + unfold + einsum", _longformer),
+    Case("chunked_g2bmm", "dilated banded Q·Kᵀ, 64 offsets per einsum over strided windows",
+         _chunked_band),
+    Case("chunked_gbmm", "dilated banded P·V, 64 offsets per einsum over strided windows",
+         _chunked_band_pv),
     Case("matmul_sum", "(x @ w).sum(0)", _matmul_sum),
     Case("attention", "softmax(q @ kᵀ) @ v", _attention),
     Case("conv3x3", "conv2d 3×3, padding 1", _conv3x3),
