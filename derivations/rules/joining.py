@@ -7,23 +7,30 @@ as a scope adding up reads of sub-scopes::
     O[t] = A[t] + B[t - 8]                      A, B over 0:8: a cat along t
     O[t] = A[t] + B[t]     A = sum[s in 0:8] F(s),  B = sum[s in 0:8] F(s + 8)
 
-When the pieces are the same function shifted (compared on their canonical form, after
-inlining the re-indexings they read, such as strided windows), and their ranges are
-adjacent, they are one scope over the union::
+Each piece is put in *global coordinates*: its traversal in the reader's iterators (``B[t-8]``
+is ``B'(t) = B(t - 8)`` over 8:16), each summation iterator shifted so that a reference read
+has the same offset in every piece (``F(s + 8)`` over 0:8 is ``F(s)`` over 8:16), and the
+re-indexings it reads (strided windows, padding) inlined. Pieces whose canonical forms then
+agree, ranges aside, are one function; where their ranges tile one coordinate they become
+one scope over the union::
 
     O[t] = J[t],  J over 0:16 (cat)        J = sum[s in 0:16] F(s)  (chunked sums)
 
-Adjacent, never overlapping or apart: a gap would be 0 in the pieces but not in the union,
-an overlap counted twice. Other dims must cover the same range in both pieces. Two terms
-are joined at a time; the e-graph joins more by repeating.
+Only exact tiling joins: a gap would be 0 in the pieces but not in the union, an overlap is
+counted twice. All runs are joined in one step, so ``n`` chunks cost one result, not the
+``n^2`` of joining pairs.
 """
 from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
 
 import sympy
 
 from ir.canonical import fingerprint
 from ir.nodes import (
-    Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, affine_terms, iterator_symbol,
+    Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Unary, affine_terms,
+    iterator_symbol,
 )
 from derivations.index_rules import fresh_name, scope_like, substitute
 from derivations.rules.merging import inline_read
@@ -31,27 +38,44 @@ from derivations.rules.merging import inline_read
 __all__ = ["join_ranges"]
 
 INLINE_ROUNDS = 8  # re-indexings nest (pad -> contiguous -> window): inline a few deep
+PLACEHOLDER = (0, 1)  # every range, when comparing pieces by their function alone
+
+
+@dataclass(frozen=True)
+class _Piece:
+    term: int            # position among the reader's added terms
+    names: tuple         # the reader iterator each traversal dim of the piece stands for
+    scope: Scope         # the piece in global coordinates
+    box: tuple           # its ranges: traversal dims, then summation iterators
 
 
 def join_ranges(scope: Scope) -> list[Scope]:
-    """``scope`` with two added reads of pieces of one computation joined (one result per
-    pair that joins)."""
+    """``scope`` with every run of added pieces that tile one coordinate joined."""
     if scope.summation or scope.reduce is not Reduce.SUM:
         return []
     terms = _terms(scope.body)
     if terms is None or len(terms) < 2:
         return []
-    out = []
-    for m in range(len(terms)):
-        for n in range(m + 1, len(terms)):
-            joined = _join(scope, terms[m], terms[n])
+    groups: dict[tuple, list[_Piece]] = defaultdict(list)
+    for n, t in enumerate(terms):
+        piece = _piece(scope, n, t)
+        if piece is not None:
+            groups[(piece.names, _function_key(piece.scope))].append(piece)
+    replaced: dict[int, Expr | None] = {}
+    for pieces in groups.values():
+        for run, k in _runs(pieces):
+            joined = _joined_read(run, k)
             if joined is not None:
-                rest = [t for k, t in enumerate(terms) if k not in (m, n)]
-                body = joined
-                for t in rest:
-                    body = Binary(BinOp.ADD, body, t)
-                out.append(scope_like(scope, scope.traversal, (), body))
-    return out
+                replaced[run[0].term] = joined
+                replaced.update((p.term, None) for p in run[1:])
+    if not replaced:
+        return []
+    kept = [replaced.get(n, t) for n, t in enumerate(terms)]
+    kept = [t for t in kept if t is not None]
+    body = kept[0]
+    for t in kept[1:]:
+        body = Binary(BinOp.ADD, body, t)
+    return [scope_like(scope, scope.traversal, (), body)]
 
 
 def _terms(e: Expr) -> list[Expr] | None:
@@ -64,28 +88,18 @@ def _terms(e: Expr) -> list[Expr] | None:
     return [e]
 
 
-def _join(scope: Scope, a: Expr, b: Expr) -> Access | None:
-    if not all(isinstance(x, Access) and isinstance(x.source, Scope) for x in (a, b)):
+# -- pieces in global coordinates ---------------------------------------------------------------
+def _piece(scope: Scope, n: int, term: Expr) -> _Piece | None:
+    if not (isinstance(term, Access) and isinstance(term.source, Scope)):
         return None
-    a, b = _through_copies(a), _through_copies(b)
-    pa, pb = _in_reader_coordinates(scope, a), _in_reader_coordinates(scope, b)
-    if pa is None or pb is None or pa.reduce is not pb.reduce or pa.rank != pb.rank:
+    read = _through_copies(term)
+    placed = _in_reader_coordinates(scope, read)
+    if placed is None:
         return None
-    ra, rb = pa.bounds(), pb.bounds()
-    differ = [k for k in range(pa.rank) if ra[k] != rb[k]]
-    if len(differ) == 1:  # a cat: pieces along one traversal dim
-        k = differ[0]
-        union = _adjacent(ra[k], rb[k])
-        if union is None:
-            return None
-        ja, jb = _with_range(pa, "traversal", k, union), _with_range(pb, "traversal", k, union)
-        if fingerprint(ja) != fingerprint(jb):
-            return None
-        return _read(scope, a, _fresh_traversal(ja))
-    if not differ and pa.reduce is Reduce.SUM:  # chunked sums
-        joined = _join_sums(pa, pb)
-        return None if joined is None else _read(scope, a, joined)
-    return None
+    names, q = placed
+    q = _sums_anchored(_inline_layouts(q))
+    box = tuple((it.lo, it.hi) for it in q.traversal + q.summation)
+    return _Piece(n, names, q, box)
 
 
 def _through_copies(read: Access) -> Access:
@@ -107,37 +121,69 @@ def _through_copies(read: Access) -> Access:
     return read
 
 
-def _in_reader_coordinates(scope: Scope, read: Access) -> Scope | None:
-    """The read scope as a function of the reader's iterators: ``P[t + c]`` -> ``Q[t]`` with
-    ``Q(t) = P(t + c)`` over the shifted ranges, its re-indexings inlined. None unless each
-    index is a distinct reader traversal iterator plus a constant."""
+def _in_reader_coordinates(scope: Scope, read: Access) -> tuple[tuple, Scope] | None:
+    """``P[t + c]`` as ``Q(t) = P(t + c)`` over the shifted ranges, with the reader iterator
+    each dim stands for; None unless each index is a distinct reader iterator plus a
+    constant."""
     src: Scope = read.source
-    names = [it.name for it in scope.traversal]
-    sub, traversal, used = {}, [], set()
+    names = {it.name for it in scope.traversal}
+    sub, traversal, used = {}, [], []
     for it, idx in zip(src.traversal, read.indices):
         terms = affine_terms(sympy.sympify(idx))
-        if terms is None:
+        if terms is None or len(terms[0]) != 1:
             return None
-        coeffs, c = terms
-        if len(coeffs) != 1:
-            return None
-        (name, coeff), = coeffs.items()
+        (name, coeff), = terms[0].items()
         if coeff != 1 or name not in names or name in used:
             return None
-        used.add(name)
+        used.append(name)
+        c = terms[1]
         new = Iter(fresh_name(it.name, "shift", c), it.lo - c, it.hi - c)
         sub[it.name] = new.symbol + c
         traversal.append(new)
-    shifted = scope_like(src, traversal, src.summation, substitute(src.body, sub))
-    return _inline_layouts(shifted)
+    return tuple(used), scope_like(src, traversal, src.summation, substitute(src.body, sub))
+
+
+def _sums_anchored(s: Scope) -> Scope:
+    """Each summation iterator shifted so that its reference read (the least, by source name,
+    dim and coefficient, of the reads it indexes) has an offset in ``0 : coefficient``."""
+    summation, sub = [], {}
+    for it in s.summation:
+        c = _anchor_shift(s.body, it.name)
+        if c == 0:
+            summation.append(it)
+            continue
+        new = Iter(fresh_name(it.name, "anchored", it.lo + c, it.hi + c), it.lo + c, it.hi + c)
+        sub[it.name] = new.symbol - c
+        summation.append(new)
+    if not sub:
+        return s
+    return scope_like(s, s.traversal, summation, substitute(s.body, sub))
+
+
+def _anchor_shift(body: Expr, name: str) -> int:
+    best = None
+    for a in _all_reads(body):
+        for dim, idx in enumerate(a.indices):
+            terms = affine_terms(sympy.sympify(idx))
+            if terms is None or not terms[0].get(name):
+                continue
+            coeff = terms[0][name]
+            key = (_source_name(a.source), dim, coeff)
+            if best is None or key < best[0]:
+                best = (key, terms[1] // coeff)
+    return 0 if best is None else int(best[1])
+
+
+def _source_name(source) -> str:
+    return getattr(source, "name", None) or ""
 
 
 def _inline_layouts(s: Scope) -> Scope:
     """``s`` with the pure re-indexings it reads (scopes without summation whose body is
     one read) inlined, so that pieces reading shifted windows compare equal."""
     for _ in range(INLINE_ROUNDS):
-        reads = [r for r in _reads(s.body)
-                 if not r.source.summation and isinstance(r.source.body, (Access, Const))]
+        reads = [r for r in _all_reads(s.body) if isinstance(r.source, Scope)
+                 and not r.source.summation and isinstance(r.source.body, (Access, Const))]
         if not reads:
             return s
         inlined = inline_read(s, reads[0])
@@ -147,99 +193,62 @@ def _inline_layouts(s: Scope) -> Scope:
     return s
 
 
-def _reads(e: Expr) -> list[Access]:
-    if isinstance(e, Access):
-        return [e] if isinstance(e.source, Scope) else []
-    if isinstance(e, Binary):
-        return _reads(e.lhs) + _reads(e.rhs)
-    return _reads(e.x) if hasattr(e, "x") else []
-
-
-def _adjacent(r1: tuple[int, int], r2: tuple[int, int]) -> tuple[int, int] | None:
-    if r1[1] == r2[0]:
-        return r1[0], r2[1]
-    if r2[1] == r1[0]:
-        return r2[0], r1[1]
-    return None
-
-
-def _with_range(s: Scope, part: str, k: int, rng: tuple[int, int]) -> Scope:
-    its = list(getattr(s, part))
-    its[k] = Iter(its[k].name, *rng)
-    traversal = tuple(its) if part == "traversal" else s.traversal
-    summation = tuple(its) if part == "summation" else s.summation
-    return scope_like(s, traversal, summation, s.body)
-
-
-def _fresh_traversal(s: Scope) -> Scope:
-    """``s`` with traversal iterators named for their (joined) ranges."""
-    new = {it.name: Iter(fresh_name(it.name, "joined", it.lo, it.hi), it.lo, it.hi)
-           for it in s.traversal}
-    sub = {n: it.symbol for n, it in new.items()}
-    return scope_like(s, tuple(new[it.name] for it in s.traversal), s.summation,
-                      substitute(s.body, sub))
-
-
-def _join_sums(pa: Scope, pb: Scope) -> Scope | None:
-    """``sum[s in A] F(s) + sum[s' in B] F(s' + c)`` as one sum over the union, if some
-    summation iterator pair and offset ``c`` (read off equal sources) make them one."""
-    if len(pa.summation) != len(pb.summation) or not pa.summation:
-        return None
-    # b's traversal renamed to a's: the pieces cover the same points
-    sub = {ib.name: ia.symbol for ia, ib in zip(pa.traversal, pb.traversal)}
-    body_b = substitute(pb.body, sub)
-    for sa in pa.summation:
-        for sb in pb.summation:
-            for c in _offsets(pa.body, body_b, sa.name, sb.name):
-                union = _adjacent((sa.lo, sa.hi), (sb.lo + c, sb.hi + c))
-                if union is None:
-                    continue
-                wide = Iter(fresh_name(sa.name, "joined", *union), *union)
-                a_sums = tuple(wide if s is sa else s for s in pa.summation)
-                b_sums = tuple(wide if s is sb else s for s in pb.summation)
-                ja = scope_like(pa, pa.traversal, a_sums,
-                                substitute(pa.body, {sa.name: wide.symbol}))
-                jb = scope_like(pa, pa.traversal, b_sums,
-                                substitute(body_b, {sb.name: wide.symbol - c}))
-                if fingerprint(ja) == fingerprint(jb):
-                    return _fresh_traversal(ja)
-    return None
-
-
-def _offsets(body_a: Expr, body_b: Expr, sa: str, sb: str) -> list[int]:
-    """Offsets ``c`` with ``a*(s + c) + rest_a == a*s' + rest_b`` for some source read in
-    both bodies at a dim where ``sa`` and ``sb`` have the same coefficient."""
-    found = []
-    reads_b = _all_reads(body_b)
-    for x in _all_reads(body_a):
-        for y in reads_b:
-            if x.source != y.source:
-                continue
-            for ix, iy in zip(x.indices, y.indices):
-                ta, tb = affine_terms(sympy.sympify(ix)), affine_terms(sympy.sympify(iy))
-                if ta is None or tb is None:
-                    continue
-                ca, cb = ta[0].get(sa, 0), tb[0].get(sb, 0)
-                if ca == 0 or ca != cb:
-                    continue
-                rest_a = {n: v for n, v in ta[0].items() if n != sa}
-                rest_b = {n: v for n, v in tb[0].items() if n != sb}
-                diff = tb[1] - ta[1]
-                if rest_a == rest_b and diff % ca == 0 and diff // ca not in found:
-                    found.append(diff // ca)
-    return found
-
-
 def _all_reads(e: Expr) -> list[Access]:
     if isinstance(e, Access):
         return [e]
     if isinstance(e, Binary):
         return _all_reads(e.lhs) + _all_reads(e.rhs)
-    return _all_reads(e.x) if hasattr(e, "x") else []
+    if isinstance(e, Unary):
+        return _all_reads(e.x)
+    return []
 
 
-def _read(scope: Scope, like: Access, joined: Scope) -> Access:
-    """``joined`` read at the reader's iterators (its dims are in reader coordinates)."""
-    del scope
-    names = [next(iter(affine_terms(sympy.sympify(idx))[0])) for idx in like.indices]
-    return Access(joined, tuple(iterator_symbol(n) for n in names))
+def _function_key(s: Scope) -> str:
+    """What a piece computes, ranges aside."""
+    its = lambda group: tuple(Iter(it.name, *PLACEHOLDER) for it in group)  # noqa: E731
+    return fingerprint(scope_like(s, its(s.traversal), its(s.summation), s.body))
+
+
+# -- runs and their join --------------------------------------------------------------------
+def _runs(pieces: list[_Piece]) -> list[tuple[list[_Piece], int]]:
+    """Runs of two or more pieces that tile one coordinate ``k`` (all else equal)."""
+    out, run, k = [], [], None
+    for p in sorted(pieces, key=lambda p: p.box):
+        step = _tiles(run[-1].box, p.box) if run else None
+        if run and step is not None and k in (None, step):
+            run.append(p)
+            k = step
+            continue
+        if len(run) > 1:
+            out.append((run, k))
+        run, k = [p], None
+    if len(run) > 1:
+        out.append((run, k))
+    return out
+
+
+def _tiles(a: tuple, b: tuple) -> int | None:
+    """The one coordinate along which box ``b`` continues box ``a``, if any."""
+    differ = [k for k, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(differ) == 1 and a[differ[0]][1] == b[differ[0]][0]:
+        return differ[0]
+    return None
+
+
+def _joined_read(run: list[_Piece], k: int) -> Access | None:
+    """One scope over the run's union along coordinate ``k``, read at the reader's
+    iterators (its traversal is in reader coordinates)."""
+    first = run[0].scope
+    lo, hi = run[0].box[k][0], run[-1].box[k][1]
+    its = list(first.traversal + first.summation)
+    if k >= first.rank and first.reduce is not Reduce.SUM:
+        return None  # only a sum splits into partial sums
+    wide = Iter(fresh_name(its[k].name, "joined", lo, hi), lo, hi)
+    body = substitute(first.body, {its[k].name: wide.symbol})
+    its[k] = wide
+    fresh = {it.name: Iter(fresh_name(it.name, "joined", it.lo, it.hi), it.lo, it.hi)
+             for it in its[:first.rank] if it is not wide}
+    body = substitute(body, {n: it.symbol for n, it in fresh.items()})
+    traversal = [fresh.get(it.name, it) for it in its[:first.rank]]
+    joined = scope_like(first, traversal, its[first.rank:], body)
+    return Access(joined, tuple(iterator_symbol(n) for n in run[0].names))
