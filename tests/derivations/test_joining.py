@@ -99,3 +99,15 @@ def test_chunked_dilated_banded_product_derives_to_one_g2bmm():
     assert banded and banded[0].verified
     match = patterns.match_g2bmm(banded[0].program)
     assert match is not None
+
+
+def test_many_chunks_join_in_one_step():
+    """Runs are joined at once: 24 chunks give one result with a single product, not the
+    many partial joins of pairwise joining."""
+    b = Tensor("B", (5, 48))
+    chunks = [ops.matmul(A, ops.getitem(b, (slice(None), slice(lo, lo + 2))))
+              for lo in range(0, 48, 2)]
+    whole = ops.cat(chunks, dim=1)
+    (joined,) = join_ranges(whole)
+    check_equiv(whole, joined)
+    assert sum(1 for s in sub_scopes(joined) if s.summation) == 1
