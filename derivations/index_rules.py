@@ -39,6 +39,7 @@ from typing import Callable, Iterable
 import numpy as np
 import sympy
 
+from ir.canonical import DIGEST_SEP
 from ir.interpreter import Interpreter
 from ir.nodes import (  # noqa: F401 - product helpers re-exported for the rule modules
     ZERO_PRESERVING, Access, Binary, BinOp, Expr, Iter, Scope, Unary, build_product,
@@ -65,7 +66,7 @@ class IndexRule:
 
 
 # -- names ----------------------------------------------------------------------------------
-SEP = "__"  # base name, SEP, digest: ``hr__3fa2c1``
+SEP = DIGEST_SEP  # base name, SEP, digest: ``hr__3fa2c1`` (ir.readable drops the digest)
 
 
 def fresh_name(hint: str, *what) -> str:

@@ -63,26 +63,15 @@ def _interval(e: sympy.Expr, ranges: Ranges) -> tuple[Fraction, Fraction]:
 
 
 def safe_mod(arg: sympy.Expr, m: int) -> sympy.Expr:
-    """``Mod(arg, m)`` built so that sympy never sees a ``Mod`` inside its argument: sympy
-    1.14 evaluates ``Mod(c*Mod(x, q), m)`` wrongly (``Mod(2*Mod(x, 3), 3)`` -> ``2*Mod(x, 3)``;
-    sympy issues 28744, 29757). A term ``c*Mod(x, q)`` with ``m | c*q`` becomes ``c*x``; any
-    other inner ``Mod(x, q)`` is written ``x - q*floor(x/q)``."""
+    """``Mod(arg, m)`` with a term ``c*Mod(x, q)`` where ``m | c*q`` written ``c*x`` (sympy,
+    guarded by :mod:`ir.sympy_mod`, leaves a Mod of a product holding a Mod unevaluated)."""
     terms = []
     for term in sympy.Add.make_args(sympy.sympify(arg)):
         c, core = term.as_coeff_Mul()
         if isinstance(core, sympy.Mod) and c.is_Integer and (int(c) * int(core.args[1])) % m == 0:
             term = c * core.args[0]
-        terms.append(_demod(term))
+        terms.append(term)
     return sympy.Mod(sympy.Add(*terms), m)
-
-
-def _demod(e: sympy.Expr) -> sympy.Expr:
-    if not e.has(sympy.Mod):
-        return e
-    if isinstance(e, sympy.Mod):
-        x = _demod(e.args[0])
-        return x - e.args[1] * sympy.floor(x / e.args[1])
-    return e.func(*(_demod(a) for a in e.args))
 
 
 def simplify_index(e: sympy.Expr, ranges: Ranges) -> sympy.Expr:

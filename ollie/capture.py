@@ -47,8 +47,9 @@ class _ShapeAndStaticProp(ShapeProp):
         result = super().run_node(n)
         if _is_shape_arithmetic(n) and _is_int_data(result):
             n.meta["static_value"] = result
-        if isinstance(result, torch.Tensor):
+        if isinstance(result, torch.Tensor):  # the layout as_strided reads (ollie.frontend)
             n.meta["storage_offset"] = result.storage_offset()
+            n.meta["contiguous"] = result.is_contiguous()
         return result
 
 

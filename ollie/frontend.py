@@ -181,25 +181,15 @@ def _offset_from_first_element(node: fx.Node, args: list, kwargs: dict):
     elements. They agree for a contiguous operand once the offset counts from its first
     element (the layout at capture holds for the plan: see ``capture.uses_layout``)."""
     source = node.args[0] if node.args else node.kwargs.get("input")
-    meta = source.meta.get("tensor_meta") if isinstance(source, fx.Node) else None
-    if meta is None:
+    if not isinstance(source, fx.Node) or "contiguous" not in source.meta:
         raise Unsupported("as_strided of a value whose layout is unknown")
-    shape, stride = tuple(meta.shape), tuple(meta.stride)
-    if stride != _row_major_strides(shape):
-        raise Unsupported(f"as_strided of a non-contiguous tensor (strides {stride})")
-    own = source.meta.get("storage_offset", 0)
+    if not source.meta["contiguous"]:
+        raise Unsupported("as_strided of a non-contiguous tensor")
+    own = source.meta["storage_offset"]
     params = dict(zip(("input", "size", "stride", "storage_offset"), args), **kwargs)
     absolute = params.get("storage_offset")
     params["storage_offset"] = 0 if absolute is None else absolute - own
     return [], params
-
-
-def _row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, inner = [], 1
-    for n in reversed(shape):
-        out.append(inner)
-        inner *= max(n, 1)
-    return tuple(out[::-1])
 
 
 def _describe(node: fx.Node) -> str:

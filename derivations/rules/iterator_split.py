@@ -32,7 +32,7 @@ import sympy
 from ir.index_math import Ranges, decompose, index_range, safe_mod, simplify_index
 from ir.nodes import Access, Binary, Expr, Iter, Reduce, Scope, Unary, accesses, affine_terms
 
-from derivations.index_rules import IndexRule, fresh_name, zero_guards
+from derivations.index_rules import SEP, IndexRule, fresh_name, zero_guards
 
 __all__ = [
     "suggest_factors", "split", "split_iterators", "index_range", "simplify_index",
@@ -143,7 +143,7 @@ def split(scope: Scope, name: str, a: int) -> Scope | None:
     if not traversal and not (it.lo % a == 0 and it.hi % a == 0) and \
             not _zero_outside(scope, name, (a * q_lo, a * q_hi)):
         return None
-    base = name.split("__")[0]
+    base = name.split(SEP)[0]
     i1 = Iter(fresh_name(base + "1", name, it.lo, it.hi, a, "quotient"), q_lo, q_hi)
     i2 = Iter(fresh_name(base + "2", name, it.lo, it.hi, a, "residue"), 0, a)
     ranges = {**ranges_of(scope), i1.name: (i1.lo, i1.hi), i2.name: (0, a)}

@@ -29,7 +29,7 @@ import sympy
 
 from ir.canonical import fingerprint
 from ir.nodes import (
-    Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Unary, affine_terms,
+    Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, accesses, affine_terms,
     iterator_symbol,
 )
 from derivations.index_rules import fresh_name, scope_like, substitute
@@ -162,7 +162,7 @@ def _sums_anchored(s: Scope) -> Scope:
 
 def _anchor_shift(body: Expr, name: str) -> int:
     best = None
-    for a in _all_reads(body):
+    for a in accesses(body):
         for dim, idx in enumerate(a.indices):
             terms = affine_terms(sympy.sympify(idx))
             if terms is None or not terms[0].get(name):
@@ -182,7 +182,7 @@ def _inline_layouts(s: Scope) -> Scope:
     """``s`` with the pure re-indexings it reads (scopes without summation whose body is
     one read) inlined, so that pieces reading shifted windows compare equal."""
     for _ in range(INLINE_ROUNDS):
-        reads = [r for r in _all_reads(s.body) if isinstance(r.source, Scope)
+        reads = [r for r in accesses(s.body) if isinstance(r.source, Scope)
                  and not r.source.summation and isinstance(r.source.body, (Access, Const))]
         if not reads:
             return s
@@ -191,16 +191,6 @@ def _inline_layouts(s: Scope) -> Scope:
             return s
         s = inlined
     return s
-
-
-def _all_reads(e: Expr) -> list[Access]:
-    if isinstance(e, Access):
-        return [e]
-    if isinstance(e, Binary):
-        return _all_reads(e.lhs) + _all_reads(e.rhs)
-    if isinstance(e, Unary):
-        return _all_reads(e.x)
-    return []
 
 
 def _function_key(s: Scope) -> str:

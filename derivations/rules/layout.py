@@ -34,7 +34,7 @@ import sympy
 
 from ir.nodes import Access, Iter, Scope, accesses, affine_terms
 
-from derivations.index_rules import IndexRule, fresh_name
+from derivations.index_rules import SEP, IndexRule, fresh_name
 from derivations.rules.iterator_split import (
     decompose, index_range, is_layout, map_accesses, ranges_of, reads_outside,
     rewrite_indices, simplify_index, subst, tagged,
@@ -238,7 +238,7 @@ def merge(scope: Scope, p: str, q: str) -> Scope:
     """``scope`` with traversal iterators ``p`` and ``q`` merged (accesses layout-merged)."""
     ip, iq = scope.iterators[p], scope.iterators[q]
     qe = iq.extent
-    hint = p.split("__")[0] + q.split("__")[0]
+    hint = p.split(SEP)[0] + q.split(SEP)[0]
     m = Iter(fresh_name(hint, p, ip.lo, ip.hi, q, iq.lo, iq.hi), 0, ip.extent * qe)
     ranges = {**ranges_of(scope), m.name: (m.lo, m.hi)}
     sub = {ip.symbol: sympy.floor(m.symbol / qe) + ip.lo,
