@@ -15,7 +15,7 @@ not match, or that was written by other versions is ignored (``None``), never ra
 
 The folder is, first found: the ``cache_dir`` argument, ``$OLLIE_CACHE_DIR``, the per-user
 cache folder (``platformdirs``), ``~/.cache/ollie``. Measurements the cost model learns from
-live beside the entries (``measurements.jsonl``, see ``ollie.measure``).
+live beside the entries (``measurements.jsonl``, see ``ollie.cost.measure``).
 """
 from __future__ import annotations
 
@@ -111,8 +111,8 @@ def make_key(expr, shapes, dtypes, device: str, vers: dict | None = None) -> str
 
 def region_key(expr, tensors: dict, vers: dict | None = None) -> str:
     """The key of ``expr`` run on ``tensors`` (input name -> torch.Tensor): their shapes,
-    dtypes (by input name) and device (``ollie.measure.device_string``)."""
-    from ollie.measure import device_string
+    dtypes (by input name) and device (``ollie.cost.measure.device_string``)."""
+    from ollie.cost.measure import device_string
     names = sorted(tensors)
     device = next((t.device for t in tensors.values() if getattr(t, "is_cuda", False)), None)
     return make_key(expr, [tuple(tensors[n].shape) for n in names],

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from ollie import compile_region
+from ollie import region as compile_region
 from ollie.capture import CaptureError, propagate_shapes, trace, uses_layout
 from ollie.frontend import translate
 from ollie.plan import KernelStep, Plan, record_values

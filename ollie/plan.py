@@ -5,8 +5,6 @@ costs one pass over a short list. Nodes folded into a kernel are skipped.
 """
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -86,42 +84,3 @@ def record_values(gm: fx.GraphModule, args: tuple) -> dict[fx.Node, Any]:
             elif node.op != "output":
                 env[node] = run_node(gm, node, env)
     return env
-
-
-def tolerance(dtype: torch.dtype) -> float:
-    """Relative tolerance for comparing a reordered computation with eager."""
-    return {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float64: 1e-9}.get(dtype, 1e-4)
-
-
-def max_relative_error(out, ref: torch.Tensor) -> float:
-    """max |out - ref| / max(1, max |ref|): robust to sign changes and near-zero entries
-    (inf when ``out`` is not a tensor of ``ref``'s shape)."""
-    if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
-        return float("inf")
-    if ref.numel() == 0:
-        return 0.0
-    diff = (out.double() - ref.double()).abs().max().item()
-    scale = max(1.0, ref.double().abs().max().item())
-    return diff / scale if diff == diff else float("inf")  # NaN counts as a failure
-
-
-def interleaved_times(fns: list[Callable[[], Any]], budget_s: float = 0.5, min_rounds: int = 5,
-                      max_rounds: int = 100) -> list[tuple[float, float]]:
-    """(median, best) seconds of each function, timed in interleaved rounds after a warm-up.
-
-    Interleaving makes every function see the same background load, so their ratio is
-    meaningful on a noisy shared machine even when absolute times are not; the best time is
-    what contention cannot inflate, so decisions compare best times.
-    """
-    for fn in fns:
-        fn()
-    times: list[list[float]] = [[] for _ in fns]
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < budget_s):
-        for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        rounds += 1
-    return [(statistics.median(ts), min(ts)) for ts in times]

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from ollie import cli
-from ollie.bench_suite import CASES
+from ollie.cli.bench_suite import CASES
 
 
 def test_every_case_runs_eagerly_at_a_small_scale():

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from ir import Tensor, evaluate, ops
-from ollie import bench_gpu
-from ollie.bench_gpu import PEAKS, g2bmm_fn, gbmm_fn, gpu_cases, roofline_seconds
+from ollie.cli import bench_gpu
+from ollie.cli.bench_gpu import PEAKS, g2bmm_fn, gbmm_fn, gpu_cases, roofline_seconds
 
 
 def test_the_suite_has_the_einnet_operator_cases():

@@ -6,8 +6,8 @@ import pytest
 import ir
 from ir.patterns import CLASSES
 from ollie import cli
-from ollie.classify import classify, operators
-from ollie.torch_expr import TorchExprError, build
+from ollie.cli.classify import classify, operators
+from ollie.cli.torch_text import TorchExprError, build
 
 CHAIN = "T[i,j] = sum[k] A[i,k] * B[k,j]; D[i,l] = sum[j] T[i,j] * C[j,l]"
 CHAIN_SHAPES = ["--shape", "A=32,64", "--shape", "B=64,64", "--shape", "C=64,4"]

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, time, torch
-    import ollie, ollie.compile_region as cr
+    import ollie, ollie.region as cr
 
     if os.environ.get("FORBID_DERIVE"):
         def forbidden(*a, **k):

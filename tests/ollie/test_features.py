@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ir import Tensor, ops, sub_scopes
-from ollie.features import (
+from ollie.cost.features import (
     FEATURE_NAMES, kinds, program_features, scope_features, standalone,
 )
 

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from ir import Tensor, analysis, ops, sub_scopes
-from ollie import learned_cost, measure
-from ollie.learned_cost import DEFAULT_DATASET, DEFAULT_MODEL, LearnedCost, held_out_spearman
+from ollie.cost import learned as learned_cost
+from ollie.cost import measure
+from ollie.cost.learned import DEFAULT_DATASET, DEFAULT_MODEL, LearnedCost, held_out_spearman
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_extraction_with_the_learned_cost_reassociates_a_chain(model):
 
 
 def test_tune_measures_and_saves_a_model_the_loader_finds(tmp_path):
-    from ollie import tune
+    from ollie.cost import tune
     report = tune.tune(n_cases=3, cache_dir=tmp_path, seed=1, derived=0)
     assert report["measured"] >= 3 and (tmp_path / learned_cost.TUNED_MODEL).exists()
     assert len(measure.load_records(tmp_path / "measurements.jsonl")) == report["measured"]

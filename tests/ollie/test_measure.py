@@ -7,8 +7,8 @@ import torch
 
 import codegen
 from ir import Tensor, ops
-from ollie import measure
-from ollie.measure import Measurement, best, measure_candidates
+from ollie.cost import measure
+from ollie.cost.measure import Measurement, best, measure_candidates
 
 
 def sleeper(seconds):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import ir
 import ollie
-from ollie import compile_region
+from ollie import region as compile_region
 
 
 def best_seconds(*fns, rounds=15):
@@ -86,7 +86,7 @@ def test_function_without_improvement_runs_eager_code(monkeypatch):
     # A fused add+relu may or may not beat eager on a given machine; pin the timing to a tie
     # so that what is tested is the decision, not the machine.
     tie = lambda fns, budget_s: [(1e-3, 1e-3) for _ in fns]
-    monkeypatch.setattr(ollie.compile_region, "interleaved_times", tie)
+    monkeypatch.setattr(ollie.region, "interleaved_times", tie)
     f = ollie.optimize(g)
     x, y = torch.randn(256, 256), torch.randn(256, 256)
     assert torch.equal(f(x, y), g(x, y))
@@ -241,7 +241,7 @@ def test_values_computed_from_data_are_not_constants():
 
 
 def test_banded_windows_from_strided_views_compose_into_one_region():
-    from ollie.bench_gpu import g2bmm_fn
+    from ollie.cli.bench_gpu import g2bmm_fn
 
     fn = g2bmm_fn(w=8, d=4, chunk=8)  # pad, as_strided windows, einsum per chunk, cat
     q, k = torch.randn(2, 64, 16), torch.randn(2, 64, 16)

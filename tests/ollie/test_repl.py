@@ -1,7 +1,7 @@
 """The REPL, driven by a script on a stream: declare, write, derive, show, run, recover."""
 import io
 
-from ollie.repl import Repl
+from ollie.cli.repl import Repl
 
 
 def session(*lines: str) -> str:

@@ -5,11 +5,11 @@ Cases are operator expressions built with ``ir.ops`` over random shapes, grouped
 is lowered with codegen's torch backend and timed as a whole program; a program of several
 scopes is also timed scope by scope (each alone, its sources as inputs), which is what
 ``LearnedCost.scope_cost`` prices. When ``derivations`` can derive, its candidates for a case
-are measured too. Every timing becomes a dataset record (``ollie.measure.make_record``).
+are measured too. Every timing becomes a dataset record (``ollie.cost.measure.make_record``).
 
-    python -m ollie.tune --build-default     # the shipped model + dataset in ollie/data
-    python -m ollie.tune --cases 60          # what `ollie tune` does: measure, retrain
-    python -m ollie.tune --evaluate          # held-out-family Spearman on the shipped data
+    python -m ollie.cost.tune --build-default     # the shipped model + dataset in ollie/data
+    python -m ollie.cost.tune --cases 60          # what `ollie tune` does: measure, retrain
+    python -m ollie.cost.tune --evaluate          # held-out-family Spearman on the shipped data
 """
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ import torch
 import ir
 from ir import Tensor, ops
 from ir.ops._util import iters, read, syms
-from ollie import features, measure
-from ollie.learned_cost import (
+from ollie.cost import features
+from ollie.cost import measure
+from ollie.cost.learned import (
     DEFAULT_DATASET, DEFAULT_MODEL, TUNED_MODEL, LearnedCost, held_out_spearman,
 )
 
@@ -367,7 +368,7 @@ def tune_command(n_cases: int = 40, cache_dir=None, budget_s: float | None = Non
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m ollie.tune", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ollie.cost.tune", description=__doc__.split("\n")[0])
     p.add_argument("--build-default", action="store_true", help="regenerate ollie/data")
     p.add_argument("--evaluate", action="store_true", help="held-out Spearman, shipped data")
     p.add_argument("--cases", type=int, default=40)

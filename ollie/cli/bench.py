@@ -18,9 +18,9 @@ from typing import Callable
 
 import torch
 
-from ollie.plan import max_relative_error  # noqa: F401 - the CLI uses it from here too
-from ollie.bench_suite import BY_NAME, CASES, Case
-from ollie.derive_cli import UsageError
+from ollie.numerics import max_relative_error  # noqa: F401 - the CLI uses it from here too
+from ollie.cli.bench_suite import BY_NAME, CASES, Case
+from ollie.cli.derive import UsageError
 
 MIN_SAMPLE_S = 5e-3  # calls per timing sample are batched until one sample takes this long
 
@@ -206,7 +206,7 @@ def run(args, out=None) -> int:
     if args.repeat < 1 or args.scale <= 0:
         raise UsageError("--repeat and --scale must be positive")
     if getattr(args, "suite", "cpu") == "gpu":
-        from ollie import bench_gpu_run
+        from ollie.cli import bench_gpu_run
         args.cases_text = args.cases
         return bench_gpu_run.run(args, out)
     if isinstance(args.cases, str):

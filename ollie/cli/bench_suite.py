@@ -110,13 +110,13 @@ def _dilated(s):
 
 
 def _chunked_band(s):
-    from ollie.bench_gpu import g2bmm_fn
+    from ollie.cli.bench_gpu import g2bmm_fn
     heads, seq, feats, w = _dim(4, s), _dim(1024, s, 16), _dim(64, s), _dim(64, s, 2)
     return g2bmm_fn(w, 4), _inputs((heads, seq, feats), (heads, seq, feats))
 
 
 def _chunked_band_pv(s):
-    from ollie.bench_gpu import gbmm_fn
+    from ollie.cli.bench_gpu import gbmm_fn
     heads, seq, feats, w = _dim(4, s), _dim(1024, s, 16), _dim(64, s), _dim(64, s, 2)
     return gbmm_fn(w, 4), _inputs((heads, seq, 2 * w + 1), (heads, seq, feats))
 

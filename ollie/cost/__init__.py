@@ -2,7 +2,7 @@
 
 Extraction takes the cost as a callable of ONE scope (its own work, not the scopes it reads);
 a program's cost is the sum over its scopes. The default is the learned model
-(``ollie.learned_cost``: LightGBM on measured timings, shipped with a default trained on a
+(``ollie.cost.learned``: LightGBM on measured timings, shipped with a default trained on a
 CPU and retrained per machine by ``ollie tune``); ``OLLIE_COST=analytic`` or a model that
 cannot load selects the analytic cost (flops and bytes moved, ``ir.analysis``).
 """
@@ -27,7 +27,7 @@ def analytic(scope: ir.Scope) -> float:
 @functools.lru_cache(maxsize=1)
 def _learned() -> ScopeCost | None:
     try:
-        from ollie.learned_cost import LearnedCost
+        from ollie.cost.learned import LearnedCost
         return LearnedCost.load()
     except Exception as e:  # missing lightgbm, damaged model file: rank analytically
         warnings.warn(f"ollie: learned cost model unavailable ({e}); using the analytic cost")

@@ -22,9 +22,9 @@ import sys
 
 import ir
 from ir.errors import IRError, ParseError
-from ollie.classify import describe
-from ollie.derive_cli import derive_candidates, egraph_summary, relative, report_dict
-from ollie.torch_expr import TorchExprError, build as build_torch
+from ollie.cli.classify import describe
+from ollie.cli.derive import derive_candidates, egraph_summary, relative, report_dict
+from ollie.cli.torch_text import TorchExprError, build as build_torch
 
 _TENSOR = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*tensor\s*\((.*)\)\s*$")
 _STATEMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*\[")

@@ -16,9 +16,13 @@ import torch
 import codegen
 import ir
 from derivations import Budget, derive
-from ollie import cache, measure, progress
+from ollie import cache
+from ollie.cost import measure
+from ollie import progress
 from ollie import cost as cost_model
-from ollie.plan import interleaved_times, max_relative_error, run_node, tolerance
+from ollie.cost.timing import interleaved_times
+from ollie.numerics import max_relative_error, tolerance
+from ollie.plan import run_node
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A learned cost: gradient-boosted trees (LightGBM) predicting log(seconds) from features.
 
-The model reads ``ollie.features.program_features`` and predicts the measured time of a
-program on one device. It is trained on dataset records (``ollie.measure.make_record``): a
+The model reads ``ollie.cost.features.program_features`` and predicts the measured time of a
+program on one device. It is trained on dataset records (``ollie.cost.measure.make_record``): a
 whole program, or one of its scopes alone (its sources as inputs), with the seconds it took.
 So the same model prices
 
@@ -10,7 +10,7 @@ So the same model prices
   takes (``ollie.cost``): a program's cost is the sum of its scopes' costs, in seconds.
 
 ``LearnedCost.load_default()`` is the model shipped in ``ollie/data`` (trained on CPU
-measurements by ``python -m ollie.tune --build-default``); ``LearnedCost.load()`` prefers a
+measurements by ``python -m ollie.cost.tune --build-default``); ``LearnedCost.load()`` prefers a
 model ``ollie tune`` trained on this machine, kept in the cache folder.
 """
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ir.nodes import Scope, sub_scopes
-from ollie import features
+from ollie.cost import features
 
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(__file__).parents[1] / "data"
 DEFAULT_MODEL = DATA_DIR / "default_model.txt"
 DEFAULT_DATASET = DATA_DIR / "default_dataset.jsonl.gz"
 TUNED_MODEL = "tuned_model.txt"
@@ -126,7 +126,7 @@ class LearnedCost:
         """Fit a model on records (a list, or a JSON-lines file of them)."""
         import lightgbm as lgb
         if isinstance(dataset, (str, os.PathLike)):
-            from ollie.measure import load_records
+            from ollie.cost.measure import load_records
             dataset = load_records(dataset)
         X, y, kept = _matrix(list(dataset), target)
         if len(y) < 4:

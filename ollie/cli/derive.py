@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import ir
-from ollie.torch_expr import build as build_torch
+from ollie.cli.torch_text import build as build_torch
 
 
 class UsageError(Exception):

@@ -1,6 +1,6 @@
 """``ollie bench --suite gpu``: EinNet's operators on a CUDA device, side by side.
 
-For each case of ``ollie.bench_gpu``: eager PyTorch, ``torch.compile(mode="max-autotune")``
+For each case of ``ollie.cli.bench_gpu``: eager PyTorch, ``torch.compile(mode="max-autotune")``
 and Ollie, timed with CUDA events (median after warm-up) in one process, their ratios, the
 check of Ollie's output against eager, and the roofline lower bound for the device.
 """
@@ -11,9 +11,9 @@ import sys
 
 import torch
 
-from ollie.bench_gpu import PEAKS, gpu_cases
-from ollie.derive_cli import UsageError
-from ollie.plan import max_relative_error, tolerance
+from ollie.cli.bench_gpu import PEAKS, gpu_cases
+from ollie.cli.derive import UsageError
+from ollie.numerics import max_relative_error, tolerance
 
 
 def _device_peaks() -> str | None:
@@ -22,7 +22,7 @@ def _device_peaks() -> str | None:
 
 
 def _time(fn, repeat: int) -> float:
-    from ollie.measure import measure
+    from ollie.cost.measure import measure
 
     with torch.no_grad():
         return measure(fn, warmup=3, repeat=repeat, time_cap_s=10.0).median

@@ -9,8 +9,8 @@ import argparse
 import os
 import sys
 
-from ollie import bench as bench_cmd
-from ollie import derive_cli
+from ollie.cli import bench as bench_cmd
+from ollie.cli import derive as derive_cli
 
 DEMO_SHAPES = {"a": (512, 1024), "b": (1024, 1024), "c": (1024, 16)}
 
@@ -51,7 +51,7 @@ def demo(args, out) -> int:
 
 
 def repl(args, out) -> int:
-    from ollie.repl import Repl
+    from ollie.cli.repl import Repl
 
     Repl(history_file=None if args.no_history else Repl.DEFAULT_HISTORY).cmdloop()
     return 0
@@ -68,7 +68,7 @@ def cache(args, out) -> int:
 
 
 def tune(args, out) -> int:
-    from ollie import tune as tune_mod
+    from ollie.cost import tune as tune_mod
 
     if args.cases <= 0:
         raise derive_cli.UsageError("--cases must be positive")
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from ir.errors import IRError
-    from ollie.torch_expr import TorchExprError
+    from ollie.cli.torch_text import TorchExprError
 
     return (derive_cli.UsageError, IRError, TorchExprError)
 

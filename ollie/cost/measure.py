@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ollie import cache as cache_mod
-from ollie.plan import max_relative_error, tolerance
+from ollie.numerics import max_relative_error, tolerance
 
 
 @dataclass
@@ -222,7 +222,7 @@ def dataset_path(path: str | os.PathLike | None = None) -> Path:
 
 def make_record(program, m: Measurement, labels: dict | None = None) -> dict:
     """One dataset line: the program's features and text with its measured time."""
-    from ollie import features
+    from ollie.cost import features
     from ir.printer import to_text
     return {"features": [round(float(x), 6) for x in features.program_features(program)],
             "feature_version": features.FEATURE_VERSION,
