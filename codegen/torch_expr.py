@@ -27,6 +27,8 @@ INFIX = {BinOp.ADD: ("+", SUM), BinOp.SUB: ("-", SUM), BinOp.MUL: ("*", PRODUCT)
 # (tensor-tensor function, tensor-number function)
 EXTREMUM = {BinOp.MAX: ("torch.maximum", "torch.clamp_min"),
             BinOp.MIN: ("torch.minimum", "torch.clamp_max")}
+# binary functions that take a tensor or a Python number on either side
+FUNCTION = {BinOp.POW: "torch.pow"}
 UNARY = {
     UnOp.RELU: "torch.relu({})", UnOp.EXP: "torch.exp({})", UnOp.LOG: "torch.log({})",
     UnOp.TANH: "torch.tanh({})", UnOp.SIGMOID: "torch.sigmoid({})",
@@ -168,6 +170,8 @@ class BodyEmitter:
                 tensor, num = (lhs, rhs) if b.const is not None else (rhs, lhs)
                 return Value(f"{one}({tensor}, {num})", labels)
             return Value(f"{both}({lhs}, {rhs})", labels)
+        if op in FUNCTION:
+            return Value(f"{FUNCTION[op]}({lhs}, {rhs})", labels)
         sym, prec = INFIX[op]
         right_assoc = op in (BinOp.SUB, BinOp.DIV)
         if a.prec < prec and lhs == a.code:  # alignment suffixes parenthesize by themselves

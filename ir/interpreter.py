@@ -28,7 +28,19 @@ def _safe_div(a, b):
         return np.divide(a, b)
 
 
+def _pow(a, b):
+    """torch.pow: C's pow (NaN for a negative base with a non-integer exponent, ``x**0 = 1``
+    even for NaN, ``1**y = 1``), and torch's scalar fast paths: ``x**0.5`` is ``sqrt(x)`` and
+    ``x**-0.5`` is ``rsqrt(x)`` (they differ from C's pow at -inf and -0)."""
+    with np.errstate(all="ignore"):
+        if np.ndim(b) == 0 and float(b) in (0.5, -0.5):
+            root = np.sqrt(a)
+            return root if float(b) > 0 else 1.0 / root
+        return np.power(a, b)
+
+
 BINARY[BinOp.DIV] = _safe_div
+BINARY[BinOp.POW] = _pow
 
 
 def _sigmoid(x):
@@ -119,6 +131,8 @@ class Interpreter:
             return self.access(e)
         if isinstance(e, Binary):
             a, b = self.expr(e.lhs), self.expr(e.rhs)
+            if isinstance(e.rhs, Const):  # a number operand stays a number (torch.pow(x, 0.5))
+                return Labelled(BINARY[e.op](a.array, b.array), a.labels)
             labels = _union(a.labels, b.labels)
             return Labelled(BINARY[e.op](a.aligned(labels), b.aligned(labels)), labels)
         if isinstance(e, Unary):

@@ -31,6 +31,7 @@ class BinOp(enum.Enum):
     DIV = "/"
     MAX = "max"
     MIN = "min"
+    POW = "pow"    # torch.pow: NaN for a negative base with a non-integer exponent
 
 
 class UnOp(enum.Enum):

@@ -24,7 +24,7 @@ from ir.nodes import (
 
 REDUCES = {r.value: r for r in Reduce}
 UNARY_FUNCS = {op.value: op for op in UnOp if op is not UnOp.NEG}
-BINARY_FUNCS = {"max": BinOp.MAX, "min": BinOp.MIN}
+BINARY_FUNCS = {op.value: op for op in BinOp if op.value.isidentifier()}  # max(a, b), ...
 NUMBER_WORDS = {"inf": float("inf"), "nan": float("nan")}
 # Words with a meaning of their own; they cannot name tensors, statements or iterators.
 RESERVED = frozenset(REDUCES) | {"where", "in"} | frozenset(NUMBER_WORDS)

@@ -13,12 +13,13 @@ import math
 import sympy
 
 from ir.nodes import Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, UnOp, Unary, accesses, sub_scopes
-from ir.parser import DTYPE_SHORT, RESERVED, infer_ranges
+from ir.parser import BINARY_FUNCS, DTYPE_SHORT, RESERVED, infer_ranges
 
 ADD, MUL, UNARY, ATOM = 1, 2, 3, 4  # precedence levels, loosest first
 PREC = {BinOp.ADD: ADD, BinOp.SUB: ADD, BinOp.MUL: MUL, BinOp.DIV: MUL}
 LATEX_UNARY = {UnOp.EXP: r"\exp", UnOp.LOG: r"\log", UnOp.TANH: r"\tanh", UnOp.SIGMOID: r"\sigma",
                UnOp.RELU: r"\mathrm{relu}"}
+LATEX_BINARY = {BinOp.MAX: r"\max", BinOp.MIN: r"\min"}
 
 
 # -- index expressions -----------------------------------------------------------------------
@@ -138,9 +139,11 @@ class _Printer:
         return LATEX_UNARY.get(e.op, r"\mathrm{?}") + self.paren(inner), ATOM
 
     def binary(self, e: Binary) -> tuple[str, int]:
-        if e.op in (BinOp.MAX, BinOp.MIN):
+        if self.latex and e.op is BinOp.POW:
+            return f"{{{self.wrap(e.lhs, ATOM)}}}^{{{self.expr(e.rhs)[0]}}}", ATOM
+        if getattr(e.op, "value", "") in BINARY_FUNCS:  # max(a, b), pow(a, b), ...
             a, b = self.expr(e.lhs)[0], self.expr(e.rhs)[0]
-            fn = rf"\{e.op.value}" if self.latex else e.op.value
+            fn = LATEX_BINARY.get(e.op, rf"\mathrm{{{e.op.value}}}") if self.latex else e.op.value
             return f"{fn}" + self.paren(f"{a}, {b}"), ATOM
         if e.op is BinOp.DIV and self.latex:
             return rf"\frac{{{self.expr(e.lhs)[0]}}}{{{self.expr(e.rhs)[0]}}}", ATOM

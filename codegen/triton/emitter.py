@@ -9,6 +9,7 @@ range; in a row kernel a read of a reduction scope reduces the row in registers.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
@@ -165,11 +166,61 @@ class TileEmitter:
         if op in (BinOp.MAX, BinOp.MIN):
             fn = "tl.maximum" if op is BinOp.MAX else "tl.minimum"
             return Value(f"{fn}({a.code}, {b.code})", axes, level, ATOM, zero)
+        if op is BinOp.POW:
+            return self.power(a, b)
         sym, prec = INFIX[op]
         lhs = a.code if a.prec >= prec else f"({a.code})"
         right_assoc = op in (BinOp.SUB, BinOp.DIV)
         rhs = b.code if b.prec > prec or (b.prec == prec and not right_assoc) else f"({b.code})"
         return Value(f"{lhs}{sym}{rhs}", axes, level, prec, zero)
+
+    def atom(self, v: Value) -> Value:
+        """``v`` as a name or a literal, so that code may repeat it."""
+        return v if v.const is not None or v.code.isidentifier() else self.temp("t", v)
+
+    def power(self, a: Value, b: Value) -> Value:
+        """torch.pow: C's pow built from exp2/log2 of |base| (libdevice's pow does not run
+        under the interpreter), with the sign of odd integer powers, NaN for a finite negative
+        base with a non-integer exponent, 1 for ``x**0``, ``1**y`` and ``(-1)**inf``; a
+        constant exponent takes torch's fast paths (sqrt, rsqrt, small integer products).
+        Conditions known from a constant operand are decided here, not in the kernel."""
+        axes, level = a.axes | b.axes, max(a.level, b.level)
+        c, k = a.const, b.const
+        if k is not None and k in (0.5, -0.5):
+            root = f"tl.sqrt({a.code})"
+            return Value(root, axes, level, ATOM) if k > 0 else Value(f"1.0 / {root}", axes,
+                                                                        level, MUL)
+        x = self.atom(a)
+        if k is not None and math.isfinite(k) and k == int(k) and abs(k) <= 4:
+            if k == 0:
+                return constant(1.0)
+            prod = " * ".join([x.code] * int(abs(k)))
+            if k > 0:
+                return Value(prod, axes, level, MUL if k > 1 else ATOM, x.zero)
+            return Value(f"1.0 / ({prod})" if k < -1 else f"1.0 / {x.code}", axes, level, MUL)
+        y = self.atom(b)
+        # predicates: Triton code, or a Python bool when a constant operand decides them
+        def test(const, code, fn):
+            return code if const is None else bool(fn(const))
+        whole = test(k, f"tl.floor({y.code}) == {y.code}", lambda v: v == np.floor(v))
+        fraction = test(k, f"tl.floor({y.code}) != {y.code}", lambda v: v != np.floor(v))
+        odd = test(k, f"tl.floor({y.code} * 0.5) * 2.0 != {y.code}",
+                   lambda v: math.isfinite(v) and v % 2 == 1)
+        negative = test(c, f"{x.code} < 0.0", lambda v: v < 0)
+        sign = test(c, f"({x.code} < 0.0) | (1.0 / {x.code} < 0.0)",  # -0.0 too
+                    lambda v: math.copysign(1.0, v) < 0)
+        finite_neg = test(c, f'{x.code} > float("-inf")', lambda v: v > -math.inf)
+        one = _any(test(k, f"{y.code} == 0.0", lambda v: v == 0),
+                   test(c, f"{x.code} == 1.0", lambda v: v == 1),
+                   _all(test(c, f"{x.code} == -1.0", lambda v: v == -1),
+                        test(k, f'tl.abs({y.code}) == float("inf")', lambda v: abs(v) == math.inf)))
+        log_abs = f"tl.log2(tl.abs({x.code}))" if c is None else \
+            constant(math.log2(abs(c)) if c == c and c != 0 else -math.inf if c == 0 else c).code
+        r = self.temp("t", Value(f"tl.exp2({y.code} * {log_abs})", axes, level))
+        out = _where(_all(sign, whole, odd), f"-{r.code}", r.code)
+        out = _where(_all(negative, finite_neg, fraction), 'float("nan")', out)
+        out = _where(one, "1.0", out)
+        return constant(float(out)) if _is_number(out) else Value(out, axes, level)
 
     # -- reads ------------------------------------------------------------------------------
     def access(self, a: Access, env: dict) -> Value:
@@ -263,6 +314,37 @@ class TileEmitter:
         if checks:
             r = Value(f"tl.where({' & '.join(checks)}, {r.code}, 0.0)", r.axes, r.level)
         return self.temp(self.names.get(s, "t"), r, self.statement(s))
+
+
+def _all(*ps):
+    """Conjunction of predicates (Triton code or Python bools), simplified."""
+    if any(p is False for p in ps):
+        return False
+    codes = [p for p in ps if p is not True]
+    return True if not codes else " & ".join(f"({p})" for p in codes)
+
+
+def _any(*ps):
+    if any(p is True for p in ps):
+        return True
+    codes = [p for p in ps if p is not False]
+    return False if not codes else " | ".join(f"({p})" for p in codes)
+
+
+def _where(cond, then: str, other: str) -> str:
+    if cond is True:
+        return then
+    if cond is False:
+        return other
+    return f"tl.where({cond}, {then}, {other})"
+
+
+def _is_number(code: str) -> bool:
+    try:
+        float(code)
+        return True
+    except ValueError:
+        return False
 
 
 @lru_cache(maxsize=None)

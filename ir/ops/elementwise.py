@@ -13,8 +13,8 @@ from ir.ops._util import (
 )
 
 __all__ = [
-    "add", "sub", "mul", "div", "maximum", "minimum",
-    "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "neg", "reciprocal",
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow",
+    "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "neg", "reciprocal",
 ]
 
 
@@ -72,6 +72,12 @@ def minimum(input, other):
     return _binary("minimum", lambda a, b: Binary(BinOp.MIN, a, b), input, other)
 
 
+def pow(input, exponent):  # noqa: A001 - mirrors torch.pow
+    """torch.pow: ``input ** exponent``, either a tensor or a Python number (NaN for a
+    negative base with a non-integer exponent, as in torch)."""
+    return _binary("pow", lambda a, b: Binary(BinOp.POW, a, b), input, exponent)
+
+
 def _unary(name: str, op: UnOp, x):
     x = operand(name, x)
     out = iters(axis_names(x.rank), x.shape)
@@ -85,6 +91,14 @@ def log(input): return _unary("log", UnOp.LOG, input)
 def tanh(input): return _unary("tanh", UnOp.TANH, input)
 def sigmoid(input): return _unary("sigmoid", UnOp.SIGMOID, input)
 def sqrt(input): return _unary("sqrt", UnOp.SQRT, input)
+def rsqrt(input):
+    """torch.rsqrt: ``1 / sqrt(x)`` (inf at 0, NaN below)."""
+    x = operand("rsqrt", input)
+    out = iters(axis_names(x.rank), x.shape)
+    body = Unary(UnOp.RECIP, Unary(UnOp.SQRT, broadcast_read(x, syms(out), x.shape)))
+    return scope("rsqrt", out, (), body, dtype=x.dtype)
+
+
 def abs(input): return _unary("abs", UnOp.ABS, input)  # noqa: A001 - mirrors torch.abs
 def neg(input): return _unary("neg", UnOp.NEG, input)
 def reciprocal(input): return _unary("reciprocal", UnOp.RECIP, input)

@@ -36,7 +36,8 @@ from ir.nodes import (
 
 FEATURE_VERSION = 3
 KINDS = ("contraction", "reduction", "elementwise", "gather")
-SPECIAL = frozenset({UnOp.EXP, UnOp.LOG, UnOp.TANH, UnOp.SIGMOID, UnOp.SQRT, UnOp.RECIP})
+SPECIAL = frozenset({UnOp.EXP, UnOp.LOG, UnOp.TANH, UnOp.SIGMOID, UnOp.SQRT, UnOp.RECIP,
+                     BinOp.POW})
 DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
                "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
@@ -149,7 +150,7 @@ def scope_features(s: Scope) -> ScopeFeatures:
     points = out_elems * sum_elems
     nodes = list(walk(s.body))
     ops = sum(isinstance(n, (Binary, Unary)) for n in nodes)
-    special = sum(isinstance(n, Unary) and n.op in SPECIAL for n in nodes)
+    special = sum(isinstance(n, (Unary, Binary)) and n.op in SPECIAL for n in nodes)
     flops = points * (ops + (1 if s.summation else 0))
     pairwise = _pairwise_flops(s, extents)
     if pairwise is not None:

@@ -1,0 +1,71 @@
+"""New elementwise math (pow, ...) lowered to torch and to Triton (through the interpreter)
+agrees with the reference interpreter on inputs with negatives, zeros, ±1, NaN and ±inf."""
+import numpy as np
+import pytest
+import torch
+
+import codegen
+import ir
+from ir import Tensor, ops
+
+SPECIAL = np.array([-np.inf, -8.0, -2.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, np.inf,
+                    np.nan])
+PAIRS = [a.ravel() for a in np.meshgrid(SPECIAL, SPECIAL, indexing="ij")]
+
+
+def run(scope, backend, dtype, monkeypatch, **arrays):
+    """(lowered result, interpreter result on the same rounded inputs) as float64 arrays."""
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    kernel = codegen.lower(scope, backend=backend)
+    args = [torch.tensor(arrays[n], dtype=dtype) for n in kernel.input_names]
+    got = kernel(*args)
+    want = ir.evaluate(scope, {n: a.double().numpy() for n, a in zip(kernel.input_names, args)})
+    return got.double().numpy(), want, kernel.source
+
+
+def assert_same(got, want, source, rtol):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-30, equal_nan=True,
+                               err_msg=source)
+
+
+BACKENDS = [("torch", torch.float64, 1e-12), ("triton", torch.float32, 1e-5)]
+
+
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_pow_of_two_tensors(backend, dtype, rtol, monkeypatch):
+    x, y = (Tensor(n, PAIRS[0].shape, "float32") for n in "xy")
+    assert_same(*run(ops.pow(x, y), backend, dtype, monkeypatch, x=PAIRS[0], y=PAIRS[1]),
+                rtol)
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2.0, 3.0, -1.0, -3.0, 0.0, 1 / 3, 7.0, 6.0,
+                                      np.inf, np.nan])
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_pow_with_a_number_exponent(exponent, backend, dtype, rtol, monkeypatch):
+    x = Tensor("x", SPECIAL.shape, "float32")
+    assert_same(*run(ops.pow(x, float(exponent)), backend, dtype, monkeypatch, x=SPECIAL),
+                rtol)
+
+
+@pytest.mark.parametrize("base", [2.0, 1.0, 0.0, -2.0, np.inf])
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_pow_with_a_number_base(base, backend, dtype, rtol, monkeypatch):
+    x = Tensor("x", SPECIAL.shape, "float32")
+    assert_same(*run(ops.pow(float(base), x), backend, dtype, monkeypatch, x=SPECIAL), rtol)
+
+
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_pow_inside_a_reduction(backend, dtype, rtol, monkeypatch):
+    """Squared norms of rows: a pow under a sum, the shape research code writes."""
+    a = np.random.default_rng(0).standard_normal((5, 7))
+    x = Tensor("x", a.shape, "float32")
+    e = ops.sum(ops.pow(ops.sub(x, 0.5), 2), dim=1)
+    assert_same(*run(e, backend, dtype, monkeypatch, x=a), rtol)
+
+
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_rsqrt(backend, dtype, rtol, monkeypatch):
+    values = np.abs(SPECIAL[:-1]) + 0.25
+    x = Tensor("x", values.shape, "float32")
+    assert_same(*run(ops.rsqrt(x), backend, dtype, monkeypatch, x=values), rtol)
