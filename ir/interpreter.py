@@ -8,6 +8,7 @@ traversal × summation grid. Reads outside a source's bounds are 0.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,10 +58,14 @@ def _recip(x):
         return 1.0 / x
 
 
+_erf = np.vectorize(math.erf, otypes=[np.float64])  # libm's erf (numpy has none)
+
+
 UNARY = {
     UnOp.NEG: np.negative, UnOp.RELU: lambda x: np.maximum(x, 0), UnOp.EXP: np.exp,
     UnOp.LOG: _log, UnOp.TANH: np.tanh, UnOp.SIGMOID: _sigmoid,
     UnOp.SQRT: lambda x: np.sqrt(np.maximum(x, 0)), UnOp.ABS: np.abs, UnOp.RECIP: _recip,
+    UnOp.ERF: _erf,
 }
 
 

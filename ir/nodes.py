@@ -44,6 +44,7 @@ class UnOp(enum.Enum):
     SQRT = "sqrt"
     ABS = "abs"
     RECIP = "recip"
+    ERF = "erf"
 
 
 class Reduce(enum.Enum):
@@ -56,7 +57,7 @@ class Reduce(enum.Enum):
 COMMUTATIVE = frozenset({BinOp.ADD, BinOp.MUL, BinOp.MAX, BinOp.MIN})
 ASSOCIATIVE = frozenset({BinOp.ADD, BinOp.MUL, BinOp.MAX, BinOp.MIN})
 # f(0) == 0: applying these to an out-of-bounds read keeps it zero.
-ZERO_PRESERVING = frozenset({UnOp.NEG, UnOp.RELU, UnOp.TANH, UnOp.SQRT, UnOp.ABS})
+ZERO_PRESERVING = frozenset({UnOp.NEG, UnOp.RELU, UnOp.TANH, UnOp.SQRT, UnOp.ABS, UnOp.ERF})
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from ir.parser import BINARY_FUNCS, DTYPE_SHORT, RESERVED, infer_ranges
 ADD, MUL, UNARY, ATOM = 1, 2, 3, 4  # precedence levels, loosest first
 PREC = {BinOp.ADD: ADD, BinOp.SUB: ADD, BinOp.MUL: MUL, BinOp.DIV: MUL}
 LATEX_UNARY = {UnOp.EXP: r"\exp", UnOp.LOG: r"\log", UnOp.TANH: r"\tanh", UnOp.SIGMOID: r"\sigma",
-               UnOp.RELU: r"\mathrm{relu}"}
+               UnOp.RELU: r"\mathrm{relu}", UnOp.ERF: r"\operatorname{erf}"}
 LATEX_BINARY = {BinOp.MAX: r"\max", BinOp.MIN: r"\min"}
 
 
@@ -136,7 +136,8 @@ class _Printer:
             return rf"\left|{inner}\right|", ATOM
         if e.op is UnOp.RECIP:
             return rf"\frac{{1}}{{{inner}}}", ATOM
-        return LATEX_UNARY.get(e.op, r"\mathrm{?}") + self.paren(inner), ATOM
+        name = LATEX_UNARY.get(e.op, rf"\mathrm{{{getattr(e.op, 'value', '?')}}}")
+        return name + self.paren(inner), ATOM
 
     def binary(self, e: Binary) -> tuple[str, int]:
         if self.latex and e.op is BinOp.POW:

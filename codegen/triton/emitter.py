@@ -35,7 +35,7 @@ UNARY = {
     UnOp.TANH: "2.0 / (1.0 + tl.exp(-2.0 * {})) - 1.0",
     UnOp.SIGMOID: "1.0 / (1.0 + tl.exp(-{}))",
     UnOp.SQRT: "tl.sqrt(tl.maximum({}, 0.0))",  # the IR's sqrt reads x < 0 as 0
-    UnOp.ABS: "tl.abs({})",
+    UnOp.ABS: "tl.abs({})", UnOp.ERF: "tl.erf({})",
 }
 INFIX = {BinOp.ADD: (" + ", ADD), BinOp.SUB: (" - ", ADD), BinOp.MUL: (" * ", MUL),
          BinOp.DIV: (" / ", MUL)}

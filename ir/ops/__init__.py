@@ -17,8 +17,8 @@ from ir.ops.banded import g2bmm, gbmm
 from ir.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d
 from ir.ops.einsum import einsum
 from ir.ops.elementwise import (
-    abs, add, div, exp, log, maximum, minimum, mul, neg, pow, reciprocal, relu, rsqrt, sigmoid,
-    sqrt, sub, tanh,
+    abs, add, div, erf, exp, gelu, log, maximum, minimum, mul, neg, pow, reciprocal, relu, rsqrt,
+    sigmoid, sqrt, sub, tanh,
 )
 from ir.ops.linear_algebra import bmm, dot, linear, matmul, mm, mv
 from ir.ops.reduction import amax, amin, log_softmax, mean, softmax, sum
@@ -36,6 +36,7 @@ __all__ = [
     # elementwise
     "add", "sub", "mul", "div", "maximum", "minimum", "pow",
     "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "neg", "reciprocal",
+    "erf", "gelu",
     # reductions
     "sum", "mean", "amax", "amin", "softmax", "log_softmax",
     # shape

@@ -15,6 +15,7 @@ from ir.ops._util import (
 __all__ = [
     "add", "sub", "mul", "div", "maximum", "minimum", "pow",
     "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "neg", "reciprocal",
+    "erf", "gelu",
 ]
 
 
@@ -100,5 +101,27 @@ def rsqrt(input):
 
 
 def abs(input): return _unary("abs", UnOp.ABS, input)  # noqa: A001 - mirrors torch.abs
+def erf(input): return _unary("erf", UnOp.ERF, input)
 def neg(input): return _unary("neg", UnOp.NEG, input)
 def reciprocal(input): return _unary("reciprocal", UnOp.RECIP, input)
+
+
+_SQRT1_2 = 0.7071067811865476      # 1 / sqrt(2)
+_GELU_BETA = 0.7978845608028654    # sqrt(2 / pi)
+_GELU_KAPPA = 0.044715
+
+
+def gelu(input, approximate: str = "none"):
+    """torch.nn.functional.gelu: ``x/2 * (1 + erf(x/sqrt 2))``, or with ``approximate="tanh"``
+    ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``, as torch computes them."""
+    x = operand("gelu", input)
+    if approximate not in ("none", "tanh"):
+        raise OpError("gelu", f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    out = iters(axis_names(x.rank), x.shape)
+    v = broadcast_read(x, syms(out), x.shape)
+    if approximate == "none":
+        inner = Unary(UnOp.ERF, v * Const(_SQRT1_2))
+    else:
+        cube = Binary(BinOp.POW, v, Const(3.0))
+        inner = Unary(UnOp.TANH, Const(_GELU_BETA) * (v + Const(_GELU_KAPPA) * cube))
+    return scope("gelu", out, (), v * Const(0.5) * (Const(1.0) + inner), dtype=x.dtype)

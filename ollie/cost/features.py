@@ -37,7 +37,7 @@ from ir.nodes import (
 FEATURE_VERSION = 3
 KINDS = ("contraction", "reduction", "elementwise", "gather")
 SPECIAL = frozenset({UnOp.EXP, UnOp.LOG, UnOp.TANH, UnOp.SIGMOID, UnOp.SQRT, UnOp.RECIP,
-                     BinOp.POW})
+                     UnOp.ERF, BinOp.POW})
 DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
                "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 

@@ -69,3 +69,18 @@ def test_rsqrt(backend, dtype, rtol, monkeypatch):
     values = np.abs(SPECIAL[:-1]) + 0.25
     x = Tensor("x", values.shape, "float32")
     assert_same(*run(ops.rsqrt(x), backend, dtype, monkeypatch, x=values), rtol)
+
+
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_erf(backend, dtype, rtol, monkeypatch):
+    x = Tensor("x", SPECIAL.shape, "float32")
+    assert_same(*run(ops.erf(x), backend, dtype, monkeypatch, x=SPECIAL), rtol)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_gelu(approximate, backend, dtype, rtol, monkeypatch):
+    values = np.concatenate([SPECIAL[:-2], np.linspace(-6, 6, 25)])  # torch: NaN at inf in fp32
+    x = Tensor("x", values.shape, "float32")
+    got, want, source = run(ops.gelu(x, approximate), backend, dtype, monkeypatch, x=values)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6, equal_nan=True, err_msg=source)

@@ -17,6 +17,8 @@ CASES = {
     "pow_number_exponent": lambda: ops.sum(ops.pow(ops.matmul(X, Y), 2), dim=1),
     "pow_number_base": lambda: ops.pow(2.0, X),
     "rsqrt": lambda: ops.rsqrt(ops.sum(ops.pow(X, 2), dim=1)),
+    "gelu": lambda: ops.gelu(ops.matmul(X, Y)),
+    "gelu_tanh": lambda: ops.gelu(ops.matmul(X, Y), approximate="tanh"),
 }
 
 

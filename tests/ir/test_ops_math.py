@@ -86,5 +86,31 @@ def test_pow_needs_a_tensor_operand():
 
 
 def test_new_builders_are_exported():
-    for name in ("pow", "rsqrt"):
+    for name in ("pow", "rsqrt", "erf", "gelu"):
         assert name in ops.__all__ and callable(getattr(ops, name))
+
+
+def test_erf_is_torch_erf():
+    x = Tensor("x", SPECIAL.shape, "float64")
+    same(evaluate(ops.erf(x), x=SPECIAL), torch.erf(torch.from_numpy(SPECIAL)))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_is_torch_gelu(approximate):
+    values = np.concatenate([SPECIAL, np.linspace(-6, 6, 41)])
+    x = Tensor("x", values.shape, "float64")
+    e = ops.gelu(x, approximate=approximate)
+    want = torch.nn.functional.gelu(torch.from_numpy(values), approximate=approximate)
+    np.testing.assert_allclose(evaluate(e, x=values), want, rtol=1e-14, atol=1e-15,
+                               equal_nan=True)
+
+
+def test_gelu_rejects_an_unknown_approximation():
+    with pytest.raises(ops.OpError, match="gelu: approximate must be 'none' or 'tanh'"):
+        ops.gelu(Tensor("x", (2,)), approximate="fast")
+
+
+def test_erf_prints_parses_and_renders():
+    e = ops.gelu(Tensor("x", (3,)))
+    assert parse(to_text(e, declarations=True)) == e
+    assert r"\operatorname{erf}" in to_latex(e)
