@@ -10,8 +10,12 @@ decision). An entry on disk is an *envelope*::
 
 written to a temporary file in the same folder, flushed and fsync'ed, then moved over the
 entry with ``os.replace`` -- so a reader sees the old entry or the new one, never half of one.
-``get`` never trusts what it reads: an entry that does not parse, whose checksum or key does
-not match, or that was written by other versions is ignored (``None``), never raised.
+``get`` never trusts what it reads: it opens only regular files, without following links and
+up to a size cap, parses JSON of bounded nesting, and ignores (``None``, never raised) an entry
+that does not parse, whose checksum or key does not match, that was written by other
+versions, or whose value does not fit the schema (``ollie.cache_entry``). The folder itself
+must be the user's and writable by no one else (``ollie.safe_files``); Ollie creates it 0700,
+and refuses any other with one ``CacheWarning``, deriving without a disk cache.
 
 The folder is, first found: the ``cache_dir`` argument, ``$OLLIE_CACHE_DIR``, the per-user
 cache folder (``platformdirs``), ``~/.cache/ollie``. Measurements the cost model learns from
@@ -24,16 +28,17 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import time
+import warnings
 from importlib import metadata
 from pathlib import Path
+
+from ollie import cache_entry, safe_files
 
 FORMAT = 1
 ENTRIES = "results"
 MEASUREMENTS = "measurements.jsonl"
 _HEX_KEY = re.compile(r"^[0-9a-f]{16,128}$")
-_STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died
 
 
 # -- where and which versions -----------------------------------------------------------------
@@ -125,16 +130,31 @@ def _checksum(key: str, vers: dict, value) -> str:
 
 
 # -- the cache ------------------------------------------------------------------------------
+class CacheWarning(UserWarning):
+    """The disk cache was not used (an untrusted folder); Ollie derives without it."""
+
+
+class CacheRefused(OSError):
+    """A command that needs the cache folder (``ollie tune``) was given one it must not use."""
+
+
+ENTRY_CAP = 4 << 20          # bytes an entry file may have (entries are a few KiB)
+_warned: set[str] = set()    # folders already warned about, once per process
+
+
 class Cache:
     """``get(key) -> dict | None``, ``put(key, value)``, ``info()``, ``clear()``.
 
     ``versions`` overrides the running versions (tests use it to play an older install).
+    A folder that another user owns, or that the group or others can write, is not used:
+    ``get`` answers None and ``put`` False, after one ``CacheWarning`` per folder.
     """
 
     def __init__(self, cache_dir: str | os.PathLike | None = None,
                  versions: dict | None = None):
         self.dir = Path(cache_dir).expanduser() if cache_dir is not None else default_dir()
         self.versions = dict(versions) if versions is not None else current_versions()
+        self._cleaned = False
 
     @property
     def entries_dir(self) -> Path:
@@ -151,44 +171,112 @@ class Cache:
         name = key if _HEX_KEY.match(key) else hashlib.sha256(key.encode()).hexdigest()
         return self.entries_dir / f"{name}.json"
 
+    # -- trust -----------------------------------------------------------------------------
+    def refusal(self) -> str | None:
+        """Why this cache's folders must not be used (None: they may)."""
+        for folder in (self.dir, self.entries_dir):
+            why = safe_files.untrusted_reason(folder)
+            if why:
+                return f"not using the cache folder {folder}: {why}"
+        return None
+
+    @property
+    def usable(self) -> bool:
+        """The folders are trusted; warns once per folder (``CacheWarning``) when not."""
+        why = self.refusal()
+        if why and str(self.dir) not in _warned:
+            _warned.add(str(self.dir))
+            warnings.warn(f"ollie: {why}; deriving without a disk cache", CacheWarning,
+                          stacklevel=3)
+        return why is None
+
+    def ensure_dir(self, folder: Path | None = None) -> bool:
+        """Create the cache folder (0700) and ``folder`` inside it; False when not usable."""
+        try:
+            safe_files.make_private_dir(self.dir)
+            if folder is not None and folder != self.dir:
+                safe_files.make_private_dir(folder)
+        except OSError:
+            return False
+        return self.usable
+
     # -- reading ---------------------------------------------------------------------------
     def get(self, key: str) -> dict | None:
-        """The value stored under ``key``, or ``None`` if absent, corrupt or stale."""
-        try:
-            raw = self.path(key).read_bytes()
-        except OSError:
+        """The value stored under ``key``, or ``None`` if absent, corrupt, stale, of the
+        wrong shape, or if the folder is not trusted. Never blocks, never raises."""
+        path = self.path(key)
+        if not path.parent.exists() or not self.usable:
             return None
-        envelope = _parse(raw)
+        envelope = self._read(path)
         if envelope is None or not self._valid(envelope, key):
             return None
         return envelope["value"]
 
+    def _read(self, path: Path) -> dict | None:
+        try:
+            raw = safe_files.read_regular(path, ENTRY_CAP)
+        except OSError:
+            return None
+        return _parse(raw)
+
     def _valid(self, env: dict, key: str | None = None) -> bool:
         try:
             return (env.get("format") == FORMAT
+                    and isinstance(env.get("key"), str)
                     and (key is None or env.get("key") == key)
                     and env.get("versions") == self.versions
+                    and cache_entry.valid(env.get("value"))
                     and env.get("checksum") == _checksum(env["key"], env["versions"],
                                                          env["value"]))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, RecursionError):
             return False
 
     # -- writing ---------------------------------------------------------------------------
     def put(self, key: str, value) -> bool:
-        """Store ``value`` (JSON-serialisable) under ``key`` atomically; False if the disk
-        refused (the cache is an optimisation: a failed write never raises)."""
-        value = json.loads(json.dumps(value))  # the stored form: what get() will return
+        """Store ``value`` under ``key`` atomically. False, never an exception, when the
+        value does not fit the schema (``ollie.cache_entry``), the folder is not trusted, or
+        the disk refused: the cache is an optimisation."""
+        try:
+            value = safe_files.loads_bounded(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError, RecursionError):
+            return False
+        if not cache_entry.valid(value):
+            return False
         envelope = {"format": FORMAT, "key": key, "versions": self.versions,
                     "created": time.time(), "value": value,
                     "checksum": _checksum(key, self.versions, value)}
         data = json.dumps(envelope, sort_keys=True).encode()
         target = self.path(key)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if not self.ensure_dir(target.parent):
+                return False
+            if not self._cleaned:  # once per Cache: dead writers' leftovers
+                self._cleaned = True
+                safe_files.remove_orphans(target.parent)
             atomic_write(target, data)
             return True
         except OSError:
             return False
+
+    def update(self, key: str, **fields) -> bool:
+        """Rewrite the entry under ``key`` with ``fields`` changed (False if it is gone)."""
+        value = self.get(key)
+        return value is not None and self.put(key, dict(value, **fields))
+
+    def drop(self, key: str) -> int:
+        """Remove the entry under ``key`` (1 if there was one)."""
+        return _unlink(self.path(key)) if self.usable else 0
+
+    def keys(self) -> list[str]:
+        """The keys of the valid entries (``update`` them, ``get`` them)."""
+        if not self.usable:
+            return []
+        out = []
+        for f in self._scan()[0]:
+            env = self._read(f)
+            if env is not None and self._valid(env) and self.path(env["key"]) == f:
+                out.append(env["key"])
+        return out
 
     # -- maintenance -----------------------------------------------------------------------
     def _scan(self):
@@ -201,49 +289,40 @@ class Cache:
                 [f for f in files if f.name.endswith(".tmp")])
 
     def info(self) -> dict:
-        """Counts and sizes: valid entries, ignored (corrupt or stale) ones, leftovers."""
+        """Counts and sizes: valid entries, ignored (corrupt, stale, planted) ones, leftovers;
+        ``refused``: why the folder is not used, if it is not."""
+        refused = self.refusal()
         entries, tmps = self._scan()
         valid = invalid = size = 0
         for f in entries:
             try:
-                raw = f.read_bytes()
+                size += os.lstat(f).st_size
             except OSError:
                 continue
-            size += len(raw)
-            env = _parse(raw)
-            if env is not None and self._valid(env, env.get("key")) and \
-                    self.path(env["key"]) == f:
+            env = self._read(f)
+            if env is not None and self._valid(env) and self.path(env["key"]) == f:
                 valid += 1
             else:
                 invalid += 1
         try:
-            measured = sum(1 for _ in self.measurements_path.open("rb"))
-            size += self.measurements_path.stat().st_size
+            raw = safe_files.read_regular(self.measurements_path, MEASUREMENTS_CAP)
+            measured, size = raw.count(b"\n"), size + len(raw)
         except OSError:
             measured = 0
         return {"dir": str(self.dir), "entries": valid, "ignored": invalid,
                 "temporary": len(tmps), "bytes": size, "measurements": measured,
-                "versions": self.versions}
+                "versions": self.versions, "refused": refused}
 
     def prune(self) -> int:
         """Remove entries that would be ignored and dead writers' temporary files."""
-        entries, tmps = self._scan()
+        if self.refusal():
+            return 0
         removed = 0
-        for f in entries:
-            try:
-                env = _parse(f.read_bytes())
-            except OSError:
-                continue
-            if env is None or not self._valid(env, env.get("key")):
+        for f in self._scan()[0]:
+            env = self._read(f)
+            if env is None or not self._valid(env) or self.path(env["key"]) != f:
                 removed += _unlink(f)
-        now = time.time()
-        for f in tmps:
-            try:
-                if now - f.stat().st_mtime > _STALE_TMP_S:
-                    removed += _unlink(f)
-            except OSError:
-                pass
-        return removed
+        return removed + safe_files.remove_orphans(self.entries_dir)
 
     def clear(self, measurements: bool = False) -> int:
         """Remove every entry (and, if asked, the measurement dataset); the count removed."""
@@ -254,67 +333,36 @@ class Cache:
         return removed
 
 
-def atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
+MEASUREMENTS_CAP = 256 << 20  # bytes of measurements.jsonl read at most
+
+
+def atomic_write(target: Path, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``target`` so readers see all of it or none: temp file, fsync, replace."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".tmp")
-    try:
-        try:
-            os.chmod(tmp, mode)  # mkstemp makes it 0600
-        except OSError:
-            pass
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        for attempt in range(5):  # Windows refuses to replace a file a reader holds open
-            try:
-                os.replace(tmp, target)
-                break
-            except PermissionError:
-                if attempt == 4:
-                    raise
-                time.sleep(0.01 * (attempt + 1))
-        _fsync_dir(target.parent)
-    except BaseException:
-        _unlink(Path(tmp))
-        raise
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # not possible on every platform
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    safe_files.atomic_write(target, data, mode)
 
 
 def _parse(raw: bytes) -> dict | None:
     try:
-        env = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        env = safe_files.loads_bounded(raw)
+    except ValueError:
         return None
     return env if isinstance(env, dict) else None
 
 
 def _unlink(path: Path) -> int:
-    try:
-        path.unlink()
-        return 1
-    except OSError:
-        return 0
+    return safe_files.unlink(path)
 
 
 # -- for the CLI: ``ollie cache info | clear`` -------------------------------------------------
 def cache_info_command(cache_dir=None) -> str:
     info = Cache(cache_dir).info()
-    lines = [f"ollie cache: {info['dir']}",
+    lines = [f"ollie cache: {info['dir']}"]
+    if info["refused"]:
+        lines.append(f"  refused:      {info['refused'].split(': ', 1)[-1]} (Ollie derives "
+                     "without it)")
+    lines += [
              f"  entries:      {info['entries']}",
-             f"  ignored:      {info['ignored']} (corrupt or from other versions)",
+             f"  ignored:      {info['ignored']} (corrupt, planted or from other versions)",
              f"  measurements: {info['measurements']}",
              f"  size:         {_human(info['bytes'])}"]
     if info["temporary"]:

@@ -24,17 +24,19 @@ def analytic(scope: ir.Scope) -> float:
     return analysis.analytic_cost(scope)
 
 
-@functools.lru_cache(maxsize=1)
-def _learned() -> ScopeCost | None:
+@functools.lru_cache(maxsize=4)
+def _learned(cache_dir: str | None = None) -> ScopeCost | None:
     try:
         from ollie.cost.learned import LearnedCost
-        return LearnedCost.load()
+        return LearnedCost.load(cache_dir=cache_dir)
     except Exception as e:  # missing lightgbm, damaged model file: rank analytically
         warnings.warn(f"ollie: learned cost model unavailable ({e}); using the analytic cost")
         return None
 
 
-def default() -> ScopeCost:
+def default(cache_dir: str | os.PathLike | None = None) -> ScopeCost:
+    """The ranking cost; the learned model is the one tuned in ``cache_dir`` (default: the
+    default cache folder) if there is one."""
     if os.environ.get("OLLIE_COST", "learned") == "analytic":
         return analytic
-    return _learned() or analytic
+    return _learned(None if cache_dir is None else str(cache_dir)) or analytic

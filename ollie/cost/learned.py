@@ -30,6 +30,7 @@ DATA_DIR = Path(__file__).parents[1] / "data"
 DEFAULT_MODEL = DATA_DIR / "default_model.txt"
 DEFAULT_DATASET = DATA_DIR / "default_dataset.jsonl.gz"
 TUNED_MODEL = "tuned_model.txt"
+MODEL_CAP = 64 << 20  # bytes of a model file read at most (the shipped one is ~0.5 MiB)
 
 # Small trees, many rows per leaf: a few hundred measurements, and kinds unseen in training
 # must still land on sensible leaves. Time only grows with work: monotone in flops and bytes.
@@ -48,6 +49,12 @@ MONOTONE = ()  # features the correction may only grow with (none: see the basel
 BASELINE = {"launch_s": 5e-6, "contraction_flops_per_s": 5e10, "flops_per_s": 5e9,
             "bytes_per_s": 1e10, "gathers_per_s": 1e9}
 _COL = {n: k for k, n in enumerate(features.FEATURE_NAMES)}
+
+
+def model_digest(text: bytes) -> str:
+    """The checksum ``save`` writes beside a model and ``load_file`` checks."""
+    import hashlib
+    return hashlib.sha256(text).hexdigest()
 
 
 def record_features(record: dict) -> np.ndarray | None:
@@ -153,12 +160,13 @@ class LearnedCost:
     def load(cls, path: str | os.PathLike | None = None,
              cache_dir: str | os.PathLike | None = None) -> "LearnedCost":
         """``path`` if given; else the model ``ollie tune`` left in the cache folder, if it is
-        usable; else the shipped default."""
+        usable (a trusted folder, an intact file); else the shipped default."""
         if path is not None:
             return cls.load_file(path)
         from ollie.cache import Cache
-        tuned = Cache(cache_dir).dir / TUNED_MODEL
-        if tuned.exists():
+        cache = Cache(cache_dir)
+        tuned = cache.dir / TUNED_MODEL
+        if tuned.exists() and cache.usable:
             try:
                 return cls.load_file(tuned)
             except Exception:  # a damaged tuned model falls back to the shipped one
@@ -167,11 +175,22 @@ class LearnedCost:
 
     @classmethod
     def load_file(cls, path: str | os.PathLike) -> "LearnedCost":
-        import lightgbm as lgb
+        """The model at ``path``, after its checksum (kept in the ``.json`` beside it) matched:
+        LightGBM aborts the whole process on some damaged model files, so it only ever sees
+        the exact text ``save`` wrote. ``ValueError`` for a damaged, foreign or stale model."""
+        from ollie import safe_files
         path = Path(path)
-        booster = lgb.Booster(model_str=path.read_text())
-        meta_path = path.with_suffix(".json")
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        try:
+            text = safe_files.read_regular(path, MODEL_CAP)
+            meta = safe_files.loads_bounded(
+                safe_files.read_regular(path.with_suffix(".json"), MODEL_CAP))
+        except OSError as e:
+            raise ValueError(f"{path}: cannot read the model or its metadata ({e})") from None
+        if not isinstance(meta, dict) or meta.get("model_sha256") != model_digest(text):
+            raise ValueError(f"{path}: the model does not match the checksum saved with it "
+                             "(damaged or written by something else); retrain with `ollie tune`")
+        import lightgbm as lgb
+        booster = lgb.Booster(model_str=text.decode("utf-8"))
         if meta.get("feature_version", features.FEATURE_VERSION) != features.FEATURE_VERSION \
                 or booster.num_feature() != len(features.FEATURE_NAMES):
             raise ValueError(f"{path}: trained on other features (version "
@@ -179,14 +198,18 @@ class LearnedCost:
         return cls(booster, meta)
 
     def save(self, path: str | os.PathLike, **extra_meta) -> Path:
-        """LightGBM text at ``path`` and metadata beside it (``.json``), written atomically."""
+        """LightGBM text at ``path`` and metadata beside it (``.json``, with the text's sha256),
+        each written atomically; the metadata goes last, so a model replaced half-way (a
+        killed ``ollie tune``) fails its checksum instead of loading."""
         from ollie.cache import atomic_write
+        from ollie import safe_files
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.meta.update(extra_meta)
-        atomic_write(path, self.booster.model_to_string().encode())
+        safe_files.make_private_dir(path.parent)
+        text = self.booster.model_to_string().encode()
+        self.meta.update(extra_meta, model_sha256=model_digest(text))
+        atomic_write(path, text, mode=0o644)
         atomic_write(path.with_suffix(".json"),
-                     json.dumps(self.meta, indent=1, sort_keys=True).encode())
+                     json.dumps(self.meta, indent=1, sort_keys=True).encode(), mode=0o644)
         return path
 
     # -- predicting --------------------------------------------------------------------------

@@ -14,12 +14,13 @@ line (features, measured seconds, device, versions, program text) in the cache f
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import platform
+import stat
 import statistics
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -27,6 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ollie import cache as cache_mod
+from ollie import safe_files
 from ollie.numerics import max_relative_error, tolerance
 
 
@@ -164,7 +166,8 @@ def measure_candidates(candidates: Sequence, inputs, reference, cap: float = 1.0
                        rtol: float | None = None, warmup: int = 2, repeat: int = 25,
                        backend: str = "torch", record: bool = False,
                        dataset: str | os.PathLike | None = None,
-                       labels: dict | None = None) -> list[CandidateResult]:
+                       labels: dict | None = None,
+                       cache_dir: str | os.PathLike | None = None) -> list[CandidateResult]:
     """Check each candidate against ``reference`` (a tensor, or a callable of the inputs)
     on the same ``inputs``, then time the correct ones with ``cap`` seconds each.
     Candidates with an IR ``.program`` are lowered with ``backend``; the callable that ran
@@ -172,7 +175,8 @@ def measure_candidates(candidates: Sequence, inputs, reference, cap: float = 1.0
 
     ``inputs`` is a sequence of tensors (passed positionally) or a dict by input name.
     With ``record``, each timing of a candidate that has an IR program is appended to the
-    dataset (``dataset`` path, default the cache folder's), tagged with ``labels``.
+    dataset (``dataset`` path, default the measurements file of the cache folder
+    ``cache_dir``), tagged with ``labels``.
     """
     if callable(reference) and not isinstance(reference, torch.Tensor):
         ref_args = tuple(inputs.values()) if isinstance(inputs, dict) else tuple(inputs)
@@ -205,7 +209,7 @@ def measure_candidates(candidates: Sequence, inputs, reference, cap: float = 1.0
         results.append(CandidateResult(i, cand, True, err, m, kernel=fn))
         program = getattr(cand, "program", None)
         if record and program is not None:
-            append_record(make_record(program, m, labels), dataset)
+            append_record(make_record(program, m, labels), dataset, cache_dir)
     return results
 
 
@@ -216,8 +220,14 @@ def best(results: Sequence[CandidateResult]) -> CandidateResult | None:
 
 
 # -- the dataset -------------------------------------------------------------------------------
-def dataset_path(path: str | os.PathLike | None = None) -> Path:
-    return Path(path) if path is not None else cache_mod.Cache().measurements_path
+DATASET_CAP = 256 << 20  # bytes of a dataset read (uncompressed) at most
+
+
+def dataset_path(path: str | os.PathLike | None = None,
+                 cache_dir: str | os.PathLike | None = None) -> Path:
+    """``path``, else the measurements file of the cache folder ``cache_dir`` (default: the
+    running default, ``$OLLIE_CACHE_DIR`` or the per-user folder)."""
+    return Path(path) if path is not None else cache_mod.Cache(cache_dir).measurements_path
 
 
 def make_record(program, m: Measurement, labels: dict | None = None) -> dict:
@@ -231,44 +241,115 @@ def make_record(program, m: Measurement, labels: dict | None = None) -> dict:
             "device": m.device, "versions": m.versions, **(labels or {})}
 
 
-def append_record(record: dict, path: str | os.PathLike | None = None) -> None:
+def append_record(record: dict, path: str | os.PathLike | None = None,
+                  cache_dir: str | os.PathLike | None = None) -> bool:
     """Append one JSON line with a single ``write`` on an ``O_APPEND`` file, so lines from
-    concurrent processes never interleave; I/O errors are ignored (data is best-effort)."""
-    p = dataset_path(path)
+    concurrent processes never interleave. Only into a trusted folder (created 0700) and
+    only onto a regular file, never through a link; I/O errors are ignored (data is
+    best-effort). True if the line was written."""
+    p = dataset_path(path, cache_dir)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        safe_files.make_private_dir(p.parent)
+        if safe_files.untrusted_reason(p.parent):
+            return False
+        fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0), 0o600)
         try:
-            size = os.fstat(fd).st_size
-            if size and os.lseek(fd, size - 1, os.SEEK_SET) >= 0 and os.read(fd, 1) != b"\n":
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > DATASET_CAP:
+                return False
+            if st.st_size and os.lseek(fd, st.st_size - 1, os.SEEK_SET) >= 0 \
+                    and os.read(fd, 1) != b"\n":
                 line = b"\n" + line  # a torn last line (a killed writer) stays on its own
             os.write(fd, line)
+            return True
         finally:
             os.close(fd)
     except OSError:
-        pass
+        return False
 
 
-def load_records(path: str | os.PathLike | None = None, device: str | None = None) -> list[dict]:
+def load_records(path: str | os.PathLike | None = None, device: str | None = None,
+                 cache_dir: str | os.PathLike | None = None) -> list[dict]:
     """Every well-formed line of the dataset (``.gz``: compressed), optionally only those
-    measured on ``device``."""
+    measured on ``device``. A link, a FIFO, a file (or its decompressed text) over
+    ``DATASET_CAP`` or a line nested too deep reads as no records, never a hang or a crash."""
     out = []
-    p = dataset_path(path)
+    p = dataset_path(path, cache_dir)
     try:
-        f = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
+        raw = safe_files.read_regular(p, DATASET_CAP)
     except OSError:
         return out
-    with f:
+    if p.suffix == ".gz":
+        raw = _gunzip(raw, DATASET_CAP)
+    for line in raw.splitlines():
         try:
-            for raw in f:
-                try:
-                    r = json.loads(raw)
-                except ValueError:
-                    continue  # a torn or corrupt line
-                if (isinstance(r, dict) and isinstance(r.get("seconds"), (int, float))
-                        and r["seconds"] > 0 and (device is None or r.get("device") == device)):
-                    out.append(r)
-        except (OSError, EOFError):  # a truncated compressed file: keep what was read
-            pass
+            r = safe_files.loads_bounded(line)
+        except ValueError:
+            continue  # a torn or corrupt line
+        if (isinstance(r, dict) and isinstance(r.get("seconds"), (int, float))
+                and not isinstance(r["seconds"], bool) and r["seconds"] > 0
+                and (device is None or r.get("device") == device)):
+            out.append(r)
     return out
+
+
+def _gunzip(raw: bytes, cap: int) -> bytes:
+    """Decompressed ``raw``, at most ``cap`` bytes; a truncated stream keeps what was read."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        text = d.decompress(raw, cap)
+    except zlib.error:
+        return b""
+    return text[: text.rfind(b"\n") + 1] if not d.eof else text
+
+
+# -- comparing two callables, with the noise of the comparison ---------------------------------
+@dataclass
+class Comparison:
+    """Eager against Ollie in interleaved rounds: best and median seconds of each, the ratio
+    a decision uses (``speedup``: best eager over best Ollie) and its relative ``spread``
+    (half the inter-quartile range of the per-round ratios, over their median). Store both
+    in the cache entry (``speedup``, ``spread``): ``ollie.cache_entry.within_noise`` reads them."""
+
+    eager_best: float
+    ollie_best: float
+    eager_median: float
+    ollie_median: float
+    speedup: float
+    spread: float
+    rounds: int
+
+    def faster(self, margin: float) -> bool:
+        """Ollie's best time under ``margin`` times eager's (the adoption rule)."""
+        return self.ollie_best < self.eager_best * margin
+
+    def entry_fields(self) -> dict:
+        return {"eager_s": self.eager_median, "ollie_s": self.ollie_median,
+                "speedup": self.speedup, "spread": self.spread}
+
+
+def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float = 0.5,
+            min_rounds: int = 5, max_rounds: int = 100) -> Comparison:
+    """Time ``eager`` and ``ollie`` in interleaved rounds (after one warm-up call each) for
+    about ``budget_s`` seconds: they see the same background load, so each round's ratio is
+    meaningful, and the spread of those ratios is the noise of the decision."""
+    eager(), ollie()
+    te: list[float] = []
+    to: list[float] = []
+    start = time.perf_counter()
+    while len(te) < max_rounds and (len(te) < min_rounds
+                                    or time.perf_counter() - start < budget_s):
+        for fn, ts in ((eager, te), (ollie, to)):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    ratios = sorted(a / max(b, 1e-12) for a, b in zip(te, to))
+    if len(ratios) >= 4:
+        q = statistics.quantiles(ratios, n=4)
+        spread = (q[2] - q[0]) / 2 / statistics.median(ratios)
+    else:
+        spread = (ratios[-1] - ratios[0]) / 2 / statistics.median(ratios)
+    return Comparison(min(te), min(to), statistics.median(te), statistics.median(to),
+                      min(te) / max(min(to), 1e-12), spread, len(te))

@@ -346,9 +346,13 @@ def tune(n_cases: int = 40, cache_dir=None, cap: float = 0.1, seed: int | None =
          budget_s: float | None = None, derived: int = 2, progress: bool = False) -> dict:
     """Measure ``n_cases`` new cases here, add them to the cache folder's dataset, retrain
     on this device's records (plus the shipped ones while there are few) and save the model
-    there, where ``LearnedCost.load()`` finds it."""
-    from ollie.cache import Cache
+    there, where ``LearnedCost.load()`` finds it; then measure again, once, the cached
+    decisions whose margin was within noise (``ollie.cost.remeasure``)."""
+    from ollie.cache import Cache, CacheRefused
+    from ollie.cost.remeasure import remeasure_noisy
     cache = Cache(cache_dir)
+    if not cache.ensure_dir():
+        raise CacheRefused(cache.refusal() or f"cannot create the cache folder {cache.dir}")
     seed = int(time.time()) if seed is None else seed
     new = generate(n_cases, seed, cap, budget_s, derived, cache.measurements_path, progress)
     device = measure.device_string()
@@ -357,14 +361,17 @@ def tune(n_cases: int = 40, cache_dir=None, cap: float = 0.1, seed: int | None =
     model = LearnedCost.train(local + shipped)
     path = model.save(cache.dir / TUNED_MODEL, device=device)
     return {"measured": len(new), "trained_on": len(local) + len(shipped),
-            "device": device, "model": str(path)}
+            "device": device, "model": str(path), **remeasure_noisy(cache.dir)}
 
 
 def tune_command(n_cases: int = 40, cache_dir=None, budget_s: float | None = None) -> str:
     """What ``ollie tune`` prints."""
     r = tune(n_cases, cache_dir, budget_s=budget_s, progress=True)
+    noisy = (f"; {r['remeasured']} decision(s) within noise measured again "
+             f"({r['flipped']} changed), {r['dropped']} dropped"
+             if r["remeasured"] or r["dropped"] else "")
     return (f"ollie tune: measured {r['measured']} programs on {r['device']}; model trained "
-            f"on {r['trained_on']} records saved to {r['model']}")
+            f"on {r['trained_on']} records saved to {r['model']}{noisy}")
 
 
 def main(argv=None) -> None:
@@ -373,6 +380,7 @@ def main(argv=None) -> None:
     p.add_argument("--evaluate", action="store_true", help="held-out Spearman, shipped data")
     p.add_argument("--cases", type=int, default=40)
     p.add_argument("--budget", type=float, default=None, help="seconds of measuring at most")
+    p.add_argument("--dir", default=None, help="cache folder for the dataset and the model")
     args = p.parse_args(argv)
     if args.build_default:
         print(json.dumps(build_default(max(args.cases, 400), args.budget or 270), indent=1))
@@ -380,7 +388,7 @@ def main(argv=None) -> None:
         for fam, (rho, n) in evaluate(measure.load_records(DEFAULT_DATASET)).items():
             print(f"held out {fam:<12} spearman {rho:6.3f} over {n} programs")
     else:
-        print(tune_command(args.cases, budget_s=args.budget))
+        print(tune_command(args.cases, args.dir, budget_s=args.budget))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""Measuring again, once, the cached decisions whose margin was within noise.
+
+A decision is measured on whatever load the machine had at the time; when the measured
+speed-up lay within its own spread of the adoption threshold (``ollie.cache_entry.
+within_noise``) the other decision was as likely. ``ollie tune`` calls ``remeasure_noisy``:
+an entry that keeps both programs as text (``original`` and ``program``) is lowered, checked
+against itself and timed again here (interleaved rounds, ``ollie.cost.measure.compare``), and
+rewritten with the new figures, the decision they give, and ``remeasured`` counted, so it is
+measured once, not on every run. An entry without the programs cannot be measured here; it
+is removed, and the next first call decides it afresh.
+"""
+from __future__ import annotations
+
+from ollie import cache_entry
+from ollie.cache import Cache
+
+ADOPTED = "adopted"
+NOT_FASTER = "eager: the derived program measured not clearly faster than eager"
+
+
+def _decisions() -> tuple[str, str]:
+    try:  # the strings the region code writes, when it still defines them
+        from ollie import region
+        return region.ADOPTED, region.NOT_FASTER
+    except (ImportError, AttributeError):
+        return ADOPTED, NOT_FASTER
+
+
+def remeasure_noisy(cache_dir=None, budget_s: float = 0.5) -> dict:
+    """Re-measure (or drop) every cached decision that ``needs_remeasure``; counts of each."""
+    cache = Cache(cache_dir)
+    done = {"remeasured": 0, "flipped": 0, "dropped": 0}
+    if not cache.usable:
+        return done
+    adopted, not_faster = _decisions()
+    for key in cache.keys():
+        entry = cache.get(key)
+        if entry is None or entry.get("decision") not in (adopted, not_faster) \
+                or not cache_entry.needs_remeasure(entry):
+            continue
+        try:
+            fields = _measure(entry, budget_s)
+        except Exception:  # a program that no longer lowers or runs here
+            fields = None
+        if fields is None:
+            done["dropped"] += cache.drop(key)
+            continue
+        margin = entry.get("margin") or cache_entry.ADOPTION_MARGIN
+        decision = adopted if fields.pop("faster_by")(margin) else not_faster
+        done["flipped"] += decision != entry["decision"]
+        done["remeasured"] += cache.put(key, dict(entry, **fields, decision=decision,
+                                                  remeasured=entry.get("remeasured", 0) + 1))
+    return done
+
+
+def _measure(entry: dict, budget_s: float) -> dict | None:
+    """New timing fields for ``entry`` (None: it cannot be measured here)."""
+    import torch
+
+    import codegen
+    import ir
+    from ollie.cost import measure
+    from ollie.numerics import max_relative_error, tolerance
+
+    if not entry.get("original") or not entry.get("program"):
+        return None
+    device = entry.get("device") or "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return None
+    device = "cuda" if device.startswith("cuda") else "cpu"
+    original, program = ir.parse(entry["original"]), ir.parse(entry["program"])
+    eager = codegen.lower(original, backend="torch")
+    ollie = codegen.lower(program, backend=entry.get("backend") or "torch")
+    g = torch.Generator().manual_seed(0)
+    shapes = ir.inputs(original)
+    tensors = {n: torch.randn(t.shape, generator=g).to(getattr(torch, t.dtype)).to(device)
+               for n, t in shapes.items()}
+    a = [tensors[n] for n in eager.input_names]
+    b = [tensors[n] for n in ollie.input_names]
+    with torch.no_grad():
+        expected, got = eager(*a), ollie(*b)
+        if max_relative_error(got, expected) > tolerance(expected.dtype):
+            return None  # the stored program does not match its original: forget it
+        c = measure.compare(lambda: eager(*a), lambda: ollie(*b), budget_s=budget_s)
+    return dict(c.entry_fields(), faster_by=c.faster)
