@@ -32,7 +32,7 @@ FUNCTION = {BinOp.POW: "torch.pow"}
 UNARY = {
     UnOp.RELU: "torch.relu({})", UnOp.EXP: "torch.exp({})", UnOp.LOG: "torch.log({})",
     UnOp.TANH: "torch.tanh({})", UnOp.SIGMOID: "torch.sigmoid({})",
-    UnOp.SQRT: "torch.sqrt(torch.clamp_min({}, 0.0))",  # the IR's sqrt reads x < 0 as 0
+    UnOp.SQRT: "torch.sqrt({})",
     UnOp.ABS: "torch.abs({})", UnOp.RECIP: "torch.reciprocal({})", UnOp.ERF: "torch.erf({})",
 }
 HOIST_WIDTH = 72  # a longer expression becomes a temporary of its own

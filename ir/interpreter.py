@@ -53,6 +53,11 @@ def _log(x):
         return np.log(x)
 
 
+def _sqrt(x):
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(x)  # NaN below 0, as torch.sqrt
+
+
 def _recip(x):
     with np.errstate(divide="ignore"):
         return 1.0 / x
@@ -64,7 +69,7 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])  # libm's erf (numpy has none
 UNARY = {
     UnOp.NEG: np.negative, UnOp.RELU: lambda x: np.maximum(x, 0), UnOp.EXP: np.exp,
     UnOp.LOG: _log, UnOp.TANH: np.tanh, UnOp.SIGMOID: _sigmoid,
-    UnOp.SQRT: lambda x: np.sqrt(np.maximum(x, 0)), UnOp.ABS: np.abs, UnOp.RECIP: _recip,
+    UnOp.SQRT: _sqrt, UnOp.ABS: np.abs, UnOp.RECIP: _recip,
     UnOp.ERF: _erf,
 }
 

@@ -19,7 +19,7 @@ import numpy as np
 import sympy
 
 from codegen.triton.indexing import ADD, ATOM, MUL, KVar
-from codegen.triton.text import WIDTH, KernelText, Value, constant
+from codegen.triton.text import WIDTH, KernelText, Value, constant, extremum
 from ir.interpreter import BINARY as NP_BINARY, UNARY as NP_UNARY
 from ir.nodes import (
     ZERO_PRESERVING, Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, UnOp, Unary,
@@ -31,10 +31,10 @@ HOIST_WIDTH = 64  # a longer arithmetic expression becomes a temporary of its ow
 # Only core builtins: library helpers written with @triton.jit (tl.sigmoid, ...) break under
 # the interpreter when triton was imported before TRITON_INTERPRET was set.
 UNARY = {
-    UnOp.RELU: "tl.maximum({}, 0.0)", UnOp.EXP: "tl.exp({})", UnOp.LOG: "tl.log({})",
+    UnOp.RELU: extremum("maximum", "{}", "0.0"), UnOp.EXP: "tl.exp({})", UnOp.LOG: "tl.log({})",
     UnOp.TANH: "2.0 / (1.0 + tl.exp(-2.0 * {})) - 1.0",
     UnOp.SIGMOID: "1.0 / (1.0 + tl.exp(-{}))",
-    UnOp.SQRT: "tl.sqrt(tl.maximum({}, 0.0))",  # the IR's sqrt reads x < 0 as 0
+    UnOp.SQRT: "tl.sqrt({})",  # NaN below 0, as torch.sqrt
     UnOp.ABS: "tl.abs({})", UnOp.ERF: "tl.erf({})",
 }
 INFIX = {BinOp.ADD: (" + ", ADD), BinOp.SUB: (" - ", ADD), BinOp.MUL: (" * ", MUL),
@@ -164,8 +164,8 @@ class TileEmitter:
         zero = (a.zero | b.zero) if op is BinOp.MUL else a.zero if op is BinOp.DIV \
             else a.zero & b.zero
         if op in (BinOp.MAX, BinOp.MIN):
-            fn = "tl.maximum" if op is BinOp.MAX else "tl.minimum"
-            return Value(f"{fn}({a.code}, {b.code})", axes, level, ATOM, zero)
+            fn = "maximum" if op is BinOp.MAX else "minimum"
+            return Value(extremum(fn, a.code, b.code), axes, level, ATOM, zero)
         if op is BinOp.POW:
             return self.power(a, b)
         sym, prec = INFIX[op]

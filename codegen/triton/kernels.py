@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from codegen.triton.emitter import IDENTITY, CannotFuse, TileEmitter
-from codegen.triton.text import WIDTH, KernelText, Value
+from codegen.triton.text import WIDTH, KernelText, Value, extremum
 from ir.nodes import Iter, Reduce, Scope, accesses
 
 ROW_LIMIT = 1 << 14  # longest row a row kernel keeps in registers
@@ -134,8 +134,8 @@ def reduce_tile(kt: KernelText, reduce: Reduce, v: Value, labels: tuple[str, ...
     if reduce is Reduce.SUM:
         kt.line(f"{acc} += {part}")
     else:
-        fn = "tl.maximum" if reduce is Reduce.MAX else "tl.minimum"
-        kt.line(f"{acc} = {fn}({acc}, {part})")
+        fn = "maximum" if reduce is Reduce.MAX else "minimum"
+        kt.line(f"{acc} = {extremum(fn, acc, part)}")
 
 
 def epilogue(em: TileEmitter, r: Scope, env_r: dict, acc: Value, root: Scope | None):

@@ -27,10 +27,16 @@ WIDTH = 100  # generated lines are wrapped to this width where they can be
 # tl.max are @triton.jit library helpers, which break under the interpreter when triton was
 # imported before TRITON_INTERPRET was set. Defined once per module:
 COMBINE = {Reduce.SUM: "_sum_combine", Reduce.MAX: "_max_combine", Reduce.MIN: "_min_combine"}
+def extremum(fn: str, a: str, b: str) -> str:
+    """``tl.maximum`` / ``tl.minimum`` that propagate NaN, as torch.maximum and amax do
+    (Triton's default returns the other operand)."""
+    return f"tl.{fn}({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"
+
+
 COMBINE_SOURCE = {
     Reduce.SUM: "@triton.jit\ndef _sum_combine(a, b):\n    return a + b\n",
-    Reduce.MAX: "@triton.jit\ndef _max_combine(a, b):\n    return tl.maximum(a, b)\n",
-    Reduce.MIN: "@triton.jit\ndef _min_combine(a, b):\n    return tl.minimum(a, b)\n",
+    Reduce.MAX: f"@triton.jit\ndef _max_combine(a, b):\n    return {extremum('maximum', 'a', 'b')}\n",
+    Reduce.MIN: f"@triton.jit\ndef _min_combine(a, b):\n    return {extremum('minimum', 'a', 'b')}\n",
 }
 
 

@@ -66,9 +66,32 @@ def test_pow_inside_a_reduction(backend, dtype, rtol, monkeypatch):
 
 @pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
 def test_rsqrt(backend, dtype, rtol, monkeypatch):
-    values = np.abs(SPECIAL[:-1]) + 0.25
-    x = Tensor("x", values.shape, "float32")
-    assert_same(*run(ops.rsqrt(x), backend, dtype, monkeypatch, x=values), rtol)
+    x = Tensor("x", SPECIAL.shape, "float32")
+    assert_same(*run(ops.rsqrt(x), backend, dtype, monkeypatch, x=SPECIAL), rtol)
+
+
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_sqrt_is_nan_below_zero(backend, dtype, rtol, monkeypatch):
+    x = Tensor("x", SPECIAL.shape, "float32")
+    got, want, source = run(ops.sqrt(x), backend, dtype, monkeypatch, x=SPECIAL)
+    assert np.isnan(got[SPECIAL < 0]).all(), source
+    assert_same(got, want, source, rtol)
+
+
+NAN_IN = np.array([[1.0, np.nan, -2.0], [np.nan, np.nan, 3.0], [-1.0, 0.5, 2.0]])
+
+
+@pytest.mark.parametrize("build", [
+    lambda x: ops.relu(x), lambda x: ops.maximum(x, 0.5), lambda x: ops.minimum(x, 0.5),
+    lambda x: ops.maximum(x, ops.neg(x)), lambda x: ops.amax(x, dim=1),
+    lambda x: ops.amin(x, dim=0), lambda x: ops.amax(x)],
+    ids=["relu", "max_number", "min_number", "max_tensors", "amax_rows", "amin_cols", "amax"])
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_nan_in_nan_out_through_max_and_min(build, backend, dtype, rtol, monkeypatch):
+    x = Tensor("x", NAN_IN.shape, "float32")
+    got, want, source = run(build(x), backend, dtype, monkeypatch, x=NAN_IN)
+    assert np.isnan(want).any()
+    assert_same(got, want, source, rtol)
 
 
 @pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])

@@ -66,9 +66,15 @@ def test_pow_broadcasts_like_torch():
 
 
 def test_rsqrt_is_torch_rsqrt():
-    values = SPECIAL[~np.signbit(SPECIAL)]
-    x = Tensor("x", values.shape, "float64")
-    same(evaluate(ops.rsqrt(x), x=values), torch.rsqrt(torch.from_numpy(values)))
+    x = Tensor("x", SPECIAL.shape, "float64")
+    same(evaluate(ops.rsqrt(x), x=SPECIAL), torch.rsqrt(torch.from_numpy(SPECIAL)))
+
+
+def test_sqrt_of_a_negative_number_is_nan_like_torch():
+    x = Tensor("x", SPECIAL.shape, "float64")
+    got = evaluate(ops.sqrt(x), x=SPECIAL)
+    same(got, torch.sqrt(torch.from_numpy(SPECIAL)))
+    assert np.isnan(got[SPECIAL < 0]).all()
 
 
 def test_pow_prints_parses_and_renders():
