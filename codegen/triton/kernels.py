@@ -195,8 +195,8 @@ def reduce_kernel(r: Scope, name: str, names: dict, policy, root: Scope | None =
         inner = dict(env, **decode(kt, r.summation, "offs_red[None, :]", "red"))
         reduce_tile(kt, r.reduce, em.value(r.body, inner), ("out", "red"), 1)
     v, env_out = epilogue(em, r, env, Value("acc", frozenset({"out"})), root)
-    store(kt, em, out, v, env_out, ("out",), offset=None if root else "offs_out[:, None]",
-          comment=root is not None)
+    # the epilogue's traversal lines up with r's (fits_epilogue): the same flat offsets
+    store(kt, em, out, v, env_out, ("out",), offset="offs_out[:, None]", comment=root is not None)
     then = f" (then {names.get(root, root.name)} per output)" if root else ""
     doc = (f"{describe(out, names)}: {names.get(r, r.name)} as a {r.reduce.value}-reduction of "
            f"{n_red} points per output element ({n_out} of them){then}.\n\nEach program "

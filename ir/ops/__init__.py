@@ -15,13 +15,15 @@ Bad arguments raise :class:`OpError` (a ``ValueError``) naming the op and the pr
 from ir.ops._util import OpError
 from ir.ops.banded import g2bmm, gbmm
 from ir.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d
+from ir.ops.creation import full
 from ir.ops.einsum import einsum
 from ir.ops.elementwise import (
-    abs, add, div, erf, exp, gelu, log, maximum, minimum, mul, neg, pow, reciprocal, relu, rsqrt,
-    sigmoid, sqrt, sub, tanh,
+    abs, add, clamp, div, erf, exp, gelu, log, maximum, minimum, mul, neg, pow, reciprocal, relu,
+    rsqrt, sigmoid, sqrt, sub, tanh,
 )
+from ir.ops.indexing import diag, diagonal, select, trace
 from ir.ops.linear_algebra import bmm, dot, linear, matmul, mm, mv
-from ir.ops.reduction import amax, amin, log_softmax, mean, softmax, sum
+from ir.ops.reduction import amax, amin, log_softmax, mean, softmax, sum, var
 from ir.ops.shape import (
     as_strided, cat, contiguous, expand, flatten, getitem, pad, permute, reshape, slice, squeeze,
     stack, transpose, unfold, unsqueeze, view,
@@ -34,12 +36,14 @@ __all__ = [
     # convolution and banded products
     "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "g2bmm", "gbmm",
     # elementwise
-    "add", "sub", "mul", "div", "maximum", "minimum", "pow",
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow", "clamp",
     "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "neg", "reciprocal",
     "erf", "gelu",
     # reductions
-    "sum", "mean", "amax", "amin", "softmax", "log_softmax",
+    "sum", "mean", "var", "amax", "amin", "softmax", "log_softmax",
     # shape
     "transpose", "permute", "reshape", "view", "flatten", "squeeze", "unsqueeze", "slice",
     "unfold", "pad", "cat", "stack", "expand", "contiguous", "as_strided", "getitem",
+    # indexing and creation
+    "select", "diagonal", "diag", "trace", "full",
 ]

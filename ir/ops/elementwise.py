@@ -15,7 +15,7 @@ from ir.ops._util import (
 __all__ = [
     "add", "sub", "mul", "div", "maximum", "minimum", "pow",
     "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "neg", "reciprocal",
-    "erf", "gelu",
+    "erf", "gelu", "clamp",
 ]
 
 
@@ -125,3 +125,29 @@ def gelu(input, approximate: str = "none"):
         cube = Binary(BinOp.POW, v, Const(3.0))
         inner = Unary(UnOp.TANH, Const(_GELU_BETA) * (v + Const(_GELU_KAPPA) * cube))
     return scope("gelu", out, (), v * Const(0.5) * (Const(1.0) + inner), dtype=x.dtype)
+
+
+def clamp(input, min=None, max=None):  # noqa: A002 - mirrors torch.clamp
+    """torch.clamp: ``min(max(x, min), max)``; ``min``/``max`` are numbers or tensors (that
+    broadcast). NaN in ``x`` (or in a bound) stays NaN, and where ``min > max`` the result is
+    ``max``, as in torch."""
+    x = operand("clamp", input)
+    if min is None and max is None:
+        raise OpError("clamp", "at least one of 'min' or 'max' must not be None")
+    for v, what in ((min, "min"), (max, "max")):
+        if v is not None and not (is_operand(v) or is_scalar(v)):
+            raise OpError("clamp", f"{what} must be an ir.Tensor, ir.Scope or a Python number, "
+                                   f"got {type(v).__name__}")
+    shape = broadcast_shapes("clamp", *(v.shape for v in (x, min, max) if is_operand(v)))
+    out = iters(axis_names(len(shape)), shape)
+    s = syms(out)
+
+    def term(v) -> Expr:
+        return broadcast_read(v, s, shape) if is_operand(v) else Const(float(v))
+
+    body = term(x)
+    if min is not None:
+        body = Binary(BinOp.MAX, body, term(min))
+    if max is not None:
+        body = Binary(BinOp.MIN, body, term(max))
+    return scope("clamp", out, (), body, dtype=x.dtype)

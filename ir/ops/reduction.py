@@ -7,14 +7,14 @@ stability), ``exp(x - max)``, its sum, and the quotient.
 """
 from __future__ import annotations
 
-from ir.nodes import Const, Reduce, Scope, UnOp, Unary
+from ir.nodes import Binary, BinOp, Const, Reduce, Scope, UnOp, Unary
 
 from ir.ops._util import (
     OpError, axis_names, iters, normalize_dim, normalize_dims, numel, operand, read,
     scope, syms,
 )
 
-__all__ = ["sum", "mean", "amax", "amin", "softmax", "log_softmax"]
+__all__ = ["sum", "mean", "var", "amax", "amin", "softmax", "log_softmax"]
 
 
 def _dims(op: str, x, dim) -> tuple[int, ...]:
@@ -59,6 +59,27 @@ def mean(input, dim=None, keepdim: bool = False):
         out = iters(axis_names(total.rank), total.shape)
         return scope("mean", out, (), read(total, *syms(out)) / Const(0.0), dtype=x.dtype)
     return _reduction("mean", x, dims, keepdim, Reduce.SUM, scale=1.0 / count)
+
+
+def var(input, dim=None, *, correction=1, keepdim: bool = False):
+    """torch.var: ``sum((x - mean)^2) / max(0, N - correction)`` over ``dim`` (all dims when
+    None): two scopes, the mean (kept dims) and the sum of squared deviations. ``N -
+    correction <= 0`` divides by 0 (inf, or NaN for a single element), as torch does."""
+    x = operand("var", input)
+    dims = _dims("var", x, dim)
+    if not isinstance(correction, (int, float)) or isinstance(correction, bool):
+        raise OpError("var", f"correction must be a number, got {type(correction).__name__}")
+    count = numel([x.shape[d] for d in dims])
+    m = mean(x, dims, keepdim=True)
+    names = axis_names(x.rank)
+    full = iters(names, x.shape)
+    s = syms(full)
+    deviation = read(x, *s) - read(m, *(0 if d in dims else s[d] for d in range(x.rank)))
+    squares = scope("var_dev", full, (), Binary(BinOp.POW, deviation, Const(2.0)), dtype=x.dtype)
+    total = _reduction("var", squares, dims, keepdim, Reduce.SUM, name="var_sum")
+    out = iters(axis_names(total.rank), total.shape)
+    return scope("var", out, (), read(total, *syms(out)) / Const(float(max(0, count - correction))),
+                 dtype=x.dtype)
 
 
 def _extremum(op: str, reduce: Reduce, input, dim, keepdim):

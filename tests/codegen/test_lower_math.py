@@ -107,3 +107,40 @@ def test_gelu(approximate, backend, dtype, rtol, monkeypatch):
     x = Tensor("x", values.shape, "float32")
     got, want, source = run(ops.gelu(x, approximate), backend, dtype, monkeypatch, x=values)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6, equal_nan=True, err_msg=source)
+
+
+def T(name, *shape):
+    return Tensor(name, shape, "float32")
+
+
+BUILDERS = {
+    "select": lambda: ops.select(T("x", 3, 4, 5), 1, -1),
+    "diagonal": lambda: ops.diagonal(T("x", 2, 3, 4), 1, 2, 0),
+    "diag_of_vector": lambda: ops.diag(T("v", 4), -1),
+    "diag_of_matrix": lambda: ops.diag(T("x", 3, 5), 1),
+    "trace": lambda: ops.trace(T("x", 4, 6)),
+    "trace_of_product": lambda: ops.trace(ops.mm(T("a", 4, 6), T("b", 6, 4))),
+    "var": lambda: ops.var(T("x", 3, 7), 1),
+    "var_all_keepdim": lambda: ops.var(T("x", 3, 7), correction=0, keepdim=True),
+    "clamp": lambda: ops.clamp(T("x", 3, 7), -0.5, 0.5),
+    "clamp_tensors": lambda: ops.clamp(T("x", 3, 7), T("lo", 7), T("hi", 3, 1)),
+    "full_plus": lambda: ops.add(ops.full((3, 4), 1.5), T("x", 3, 4)),
+}
+DATA = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("case", sorted(BUILDERS))
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_builders_lower(case, backend, dtype, rtol, monkeypatch):
+    e = BUILDERS[case]()
+    arrays = {n: DATA.standard_normal(t.shape) for n, t in ir.inputs(e).items()}
+    got, want, source = run(e, backend, dtype, monkeypatch, **arrays)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-5, err_msg=source)
+
+
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_clamp_keeps_nan(backend, dtype, rtol, monkeypatch):
+    x = Tensor("x", SPECIAL.shape, "float32")
+    got, want, source = run(ops.clamp(x, -1.0, 1.0), backend, dtype, monkeypatch, x=SPECIAL)
+    assert np.isnan(got[-1])
+    assert_same(got, want, source, rtol)
