@@ -80,7 +80,7 @@ def _perm_code(code: str, perm, rank: int) -> str:
 def _matmul(writer, s: Scope, m: MatmulMatch, var: str) -> tuple[list[str], str]:
     em = BodyEmitter(writer, s)
     size = {it.name: it.extent for it in s.traversal + s.summation}
-    lhs, rhs = em.value(m.lhs), em.value(m.rhs)
+    lhs, rhs = em.numeric(em.value(m.lhs)), em.numeric(em.value(m.rhs))
     if m.batch:
         op = "bmm" if len(m.batch) == 1 else "matmul"
     else:

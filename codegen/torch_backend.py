@@ -102,6 +102,10 @@ class KernelWriter:
         self.ref = self.params[self.input_names[0]] if self.input_names else None
         self.dtype = root.dtype
         self.scope_vars: dict[int, str] = {}
+        self.bool_vars: set[str] = set()  # scopes computed as torch.bool tensors (comparisons)
+        self.number_input = next((self.params[n] for n in self.input_names
+                                  if tensors[n].dtype not in ("bool", "uint8", "int8", "int16",
+                                                              "int32", "int64")), self.ref)
         self.scope_names: dict[Scope, str] = {}  # structurally equal scopes are computed once
         # var -> what makes it safe to return: "" (owns its memory), ".clone()" (a view of an
         # input or scope), ".contiguous()" (expanded: several positions share an element)
@@ -142,6 +146,19 @@ class KernelWriter:
         if isinstance(source, Tensor):
             return self.params[source.name]
         return self.scope_vars[id(source)]
+
+    def holds_bool(self, source: Tensor | Scope) -> bool:
+        """Is ``source`` a torch.bool tensor here (a bool input, a comparison's result)?"""
+        if isinstance(source, Tensor):
+            return source.dtype == "bool"
+        return self.scope_vars.get(id(source)) in self.bool_vars
+
+    def number_ref(self) -> str:
+        """An input whose dtype numbers are computed in (a bool turns into it)."""
+        return self.number_input or f"torch.empty((), dtype=torch.{self.dtype})"
+
+    def number_dtype(self) -> str:
+        return f"{self.number_input}.dtype" if self.number_input else f"torch.{self.dtype}"
 
     def index_array(self, hint: str, array: np.ndarray) -> str:
         name = self.fresh(hint)
@@ -189,6 +206,8 @@ class KernelWriter:
         else:
             em = BodyEmitter(self, s)
         value, form = self.reduction(em, s)
+        if value.boolean:
+            self.bool_vars.add(var)
         self.forms.append(form)
         traversal = tuple(it.name for it in s.traversal)
         self.on_return[var] = self.return_copy(value, s)
@@ -232,10 +251,12 @@ class KernelWriter:
         if s.reduce is Reduce.SUM and summed:
             return self.contraction(em, s, traversal, summed)
         v = em.value(s.body)
-        return (_reduced(v, s.reduce, summed), REDUCE[s.reduce]) if summed else (v, "map")
+        if not summed:
+            return v, "map"
+        return _reduced(em.numeric(v), s.reduce, summed), REDUCE[s.reduce]
 
     def contraction(self, em: BodyEmitter, s: Scope, traversal, summed) -> tuple[Value, str]:
-        values = [em.value(f) for f in product_factors(s.body)]
+        values = [em.numeric(em.value(f)) for f in product_factors(s.body)]
         tensors = [v for v in values if v.const is None]
         scale = math.prod(v.const for v in values if v.const is not None)
         used = {n for v in tensors for n in v.labels}

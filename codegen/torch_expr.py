@@ -18,9 +18,11 @@ from codegen.access import (
     FlatRead, GatherRead, SliceRead, StridedRead, ZeroRead, plan_read,
 )
 from ir.interpreter import BINARY as NP_BINARY, UNARY as NP_UNARY
-from ir.nodes import Access, Binary, BinOp, Const, Expr, Scope, UnOp, Unary, walk
+from ir.nodes import (
+    COMPARISONS, Access, Binary, BinOp, Const, Expr, Scope, Tensor, UnOp, Unary, selection, walk,
+)
 
-ATOM, UNARY_MINUS, PRODUCT, SUM = 9, 3, 2, 1  # precedence of a code's outermost operator
+ATOM, UNARY_MINUS, PRODUCT, SUM, COMPARE = 9, 3, 2, 1, 0  # precedence of the outermost operator
 
 INFIX = {BinOp.ADD: ("+", SUM), BinOp.SUB: ("-", SUM), BinOp.MUL: ("*", PRODUCT),
          BinOp.DIV: ("/", PRODUCT)}
@@ -29,6 +31,8 @@ EXTREMUM = {BinOp.MAX: ("torch.maximum", "torch.clamp_min"),
             BinOp.MIN: ("torch.minimum", "torch.clamp_max")}
 # binary functions that take a tensor or a Python number on either side
 FUNCTION = {BinOp.POW: "torch.pow"}
+COMPARE_SYMBOL = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==",
+                  BinOp.NE: "!="}
 UNARY = {
     UnOp.RELU: "torch.relu({})", UnOp.EXP: "torch.exp({})", UnOp.LOG: "torch.log({})",
     UnOp.TANH: "torch.tanh({})", UnOp.SIGMOID: "torch.sigmoid({})",
@@ -46,6 +50,7 @@ class Value:
     const: float | None = None  # the value, when the code is a Python number
     fresh: bool = True          # False: a view of an input or of another scope's tensor
     view_of: str | None = None  # for a non-overlapping view (slice, permute, reshape): its base
+    boolean: bool = False       # a torch.bool tensor holding the IR's 1.0 / 0.0
 
     @property
     def atom(self) -> str:
@@ -129,7 +134,17 @@ class BodyEmitter:
         (self.setup if setup else self.lines).append(f"{name} = {v.code}")
         if setup:
             self._setup_vars[v.code] = name
-        return Value(name, v.labels, fresh=v.fresh)
+        return Value(name, v.labels, fresh=v.fresh, boolean=v.boolean)
+
+    def numeric(self, v: Value) -> Value:
+        """``v`` as numbers: a bool tensor (a comparison) converted to the inputs' dtype."""
+        if not v.boolean:
+            return v
+        return Value(f"{v.atom}.to({self.kernel.number_dtype()})", v.labels)
+
+    def condition(self, v: Value) -> str:
+        """Code of a bool tensor that holds where ``v`` is non-zero."""
+        return v.code if v.boolean else f"{v.atom} != 0"
 
     # -- expressions ------------------------------------------------------------------------
     def value(self, e: Expr) -> Value:
@@ -142,7 +157,10 @@ class BodyEmitter:
             return number(e.value)
         if isinstance(e, Access):
             return self.read(e)
-        if isinstance(e, Unary):
+        picked = selection(e)
+        if picked is not None:
+            v = self.select(*(self.value(x) for x in picked))
+        elif isinstance(e, Unary):
             v = self.unary(e.op, self.value(e.x))
         elif isinstance(e, Binary):
             v = self.binary(e.op, self.value(e.lhs), self.value(e.rhs))
@@ -155,6 +173,7 @@ class BodyEmitter:
     def unary(self, op: UnOp, x: Value) -> Value:
         if x.const is not None:
             return number(float(NP_UNARY[op](np.float64(x.const))))
+        x = self.numeric(x)
         if op is UnOp.NEG:
             return Value(f"-{x.atom if x.prec <= UNARY_MINUS else x.code}", x.labels, UNARY_MINUS)
         return Value(UNARY[op].format(x.code), x.labels)
@@ -162,8 +181,15 @@ class BodyEmitter:
     def binary(self, op: BinOp, a: Value, b: Value) -> Value:
         if a.const is not None and b.const is not None:
             return number(float(NP_BINARY[op](np.float64(a.const), np.float64(b.const))))
+        if op is BinOp.MASK:
+            return self.select(a, b, number(0.0))
+        a, b = self.numeric(a), self.numeric(b)
         labels = tuple(n for n in self.grid if n in a.labels or n in b.labels)
         lhs, rhs = aligned(a, labels), aligned(b, labels)
+        if op in COMPARISONS:
+            lhs = f"({lhs})" if a.prec <= COMPARE and lhs == a.code else lhs
+            rhs = f"({rhs})" if b.prec <= COMPARE and rhs == b.code else rhs
+            return Value(f"{lhs} {COMPARE_SYMBOL[op]} {rhs}", labels, COMPARE, boolean=True)
         if op in EXTREMUM:
             both, one = EXTREMUM[op]
             if b.const is not None or a.const is not None:  # torch.maximum needs two tensors
@@ -180,8 +206,26 @@ class BodyEmitter:
             rhs = f"({rhs})"
         return Value(f"{lhs} {sym} {rhs}", labels, prec)
 
+    def select(self, c: Value, a: Value, b: Value) -> Value:
+        """``where(c, a, b)``: torch.where, a number branch kept in the tensors' dtype."""
+        if c.const is not None:
+            return a if c.const != 0 else b
+        a, b = self.numeric(a), self.numeric(b)
+        labels = tuple(n for n in self.grid if n in c.labels + a.labels + b.labels)
+        if a.const is not None and b.const is not None:  # torch.where would make float32
+            a = Value(f"{self.kernel.number_ref()}.new_tensor({a.code})", ())
+        cond = Value(self.condition(c), c.labels, COMPARE if not c.boolean else c.prec)
+        args = [aligned(v, labels) for v in (cond, a, b)]
+        return Value(f"torch.where({', '.join(args)})", labels)
+
     # -- reads ------------------------------------------------------------------------------
     def read(self, a: Access) -> Value:
+        v = self._read(a)
+        if v.const is None and self.kernel.holds_bool(a.source):  # a bool input, a comparison
+            v = Value(v.code, v.labels, v.prec, fresh=v.fresh, view_of=v.view_of, boolean=True)
+        return v
+
+    def _read(self, a: Access) -> Value:
         src = self.kernel.source_var(a.source)
         plan = plan_read(a, self.ranges, self.grid)
         if isinstance(plan, ZeroRead):

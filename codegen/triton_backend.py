@@ -36,7 +36,9 @@ from codegen.triton.kernels import (
     KernelPlan, _wrap_call, fits_epilogue, map_kernel, reduce_kernel, row_axes, row_kernel,
     shape_text,
 )
-from ir.nodes import Access, Const, Scope, accesses, inputs as input_tensors, sub_scopes
+from ir.nodes import (
+    COMPARISONS, Access, Binary, Const, Scope, accesses, inputs as input_tensors, sub_scopes,
+)
 from ir.printer import statement_text
 
 INDEX_LIMIT = 2 ** 31 - 1  # kernels index with int32
@@ -57,6 +59,11 @@ def _empty(s: Scope) -> bool:
     return any(it.extent == 0 for it in s.traversal + s.summation)
 
 
+def _comparison(s: Scope) -> bool:
+    """A scope computing a comparison: stored as torch.bool, as torch would."""
+    return not s.summation and isinstance(s.body, Binary) and s.body.op in COMPARISONS
+
+
 def _cheap(s: Scope) -> bool:
     """A pure re-indexing: recomputing it in every reader costs no more than a buffer."""
     return not s.summation and isinstance(s.body, (Access, Const))
@@ -75,6 +82,11 @@ class Planner:
         tensors = input_tensors(root)
         self.input_names = tuple(sorted(tensors))
         self.params = {n: self.kt.fresh(n) for n in self.input_names}
+        # the input whose dtype the kernels compute in (bool and integer inputs are loaded
+        # as numbers)
+        self.ref = next((self.params[n] for n in self.input_names
+                         if tensors[n].dtype in ("float16", "bfloat16", "float32", "float64")),
+                        self.params[self.input_names[0]] if self.input_names else "ref")
         self.names = {s: self.kt.fresh(s.name or "t") for s in self.order}
         for t in list(tensors.values()) + self.order:
             if math.prod(t.shape) > INDEX_LIMIT:
@@ -201,7 +213,7 @@ class Planner:
             if self.plans[s] is not None:
                 out += self.plans[s].source.splitlines() + ["", ""]
         params = [self.params[n] for n in self.input_names]
-        ref = params[0] if params else "ref"
+        ref = self.ref
         shape = "x".join(map(str, self.root.shape)) or "scalar"
         out += [f"def kernel({', '.join(params)}):",
                 f'    """{self.names[self.root]} ({shape}) from '
@@ -224,8 +236,9 @@ class Planner:
         statement = textwrap.wrap(statement_text(s, self.names, var), 92,
                                   subsequent_indent="    ", break_long_words=False)
         lines = [f"# {ln}" for ln in statement] + [f"# ({what})"]
+        dtype = "torch.bool" if _comparison(s) else f"{ref}.dtype"
         lines.append(f"{var} = torch.{make}({shape_text(s.shape)}, device={ref}.device, "
-                     f"dtype={ref}.dtype)")
+                     f"dtype={dtype})")
         if plan is None:
             return lines
         args = []

@@ -40,8 +40,20 @@ def _pow(a, b):
         return np.power(a, b)
 
 
+def _comparison(fn):
+    return lambda a, b: fn(a, b).astype(np.float64)  # 1.0 / 0.0, as the IR computes
+
+
+def _mask(c, x):
+    return np.where(c != 0, x, 0.0)  # x where c holds, else 0: a NaN in x does not leak
+
+
 BINARY[BinOp.DIV] = _safe_div
 BINARY[BinOp.POW] = _pow
+BINARY[BinOp.MASK] = _mask
+BINARY.update({BinOp.LT: _comparison(np.less), BinOp.LE: _comparison(np.less_equal),
+               BinOp.GT: _comparison(np.greater), BinOp.GE: _comparison(np.greater_equal),
+               BinOp.EQ: _comparison(np.equal), BinOp.NE: _comparison(np.not_equal)})
 
 
 def _sigmoid(x):

@@ -32,6 +32,13 @@ class BinOp(enum.Enum):
     MAX = "max"
     MIN = "min"
     POW = "pow"    # torch.pow: NaN for a negative base with a non-integer exponent
+    LT = "lt"      # comparisons: 1.0 where true, else 0.0 (false for NaN, but NaN != x)
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    MASK = "mask"  # mask(c, x): x where c != 0, else exactly 0 (never 0 * x: NaN stays out)
 
 
 class UnOp(enum.Enum):
@@ -54,8 +61,9 @@ class Reduce(enum.Enum):
 
 
 # Algebraic properties as data, for rules and canonical forms.
-COMMUTATIVE = frozenset({BinOp.ADD, BinOp.MUL, BinOp.MAX, BinOp.MIN})
+COMMUTATIVE = frozenset({BinOp.ADD, BinOp.MUL, BinOp.MAX, BinOp.MIN, BinOp.EQ, BinOp.NE})
 ASSOCIATIVE = frozenset({BinOp.ADD, BinOp.MUL, BinOp.MAX, BinOp.MIN})
+COMPARISONS = frozenset({BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE, BinOp.EQ, BinOp.NE})
 # f(0) == 0: applying these to an out-of-bounds read keeps it zero.
 ZERO_PRESERVING = frozenset({UnOp.NEG, UnOp.RELU, UnOp.TANH, UnOp.SQRT, UnOp.ABS, UnOp.ERF})
 
@@ -233,6 +241,20 @@ def build_product(factors: list[Expr]) -> Expr:
     for f in factors[1:]:
         out = Binary(BinOp.MUL, out, f)
     return out
+
+
+def selection(e: Expr) -> tuple[Expr, Expr, Expr] | None:
+    """``(c, a, b)`` if ``e`` is the body ``where(c, a, b)`` builds:
+    ``mask(c, a) + mask(eq(c, 0), b)`` (either order of the sum), else None."""
+    if not (isinstance(e, Binary) and e.op is BinOp.ADD):
+        return None
+    for x, y in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+        if isinstance(x, Binary) and x.op is BinOp.MASK and isinstance(y, Binary) \
+                and y.op is BinOp.MASK and isinstance(y.lhs, Binary) and y.lhs.op is BinOp.EQ:
+            c = x.lhs
+            if {y.lhs.lhs, y.lhs.rhs} == {c, Const(0.0)}:
+                return c, x.rhs, y.rhs
+    return None
 
 
 def affine_terms(e: sympy.Expr) -> tuple[dict[str, int], int] | None:

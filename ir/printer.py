@@ -20,6 +20,8 @@ PREC = {BinOp.ADD: ADD, BinOp.SUB: ADD, BinOp.MUL: MUL, BinOp.DIV: MUL}
 LATEX_UNARY = {UnOp.EXP: r"\exp", UnOp.LOG: r"\log", UnOp.TANH: r"\tanh", UnOp.SIGMOID: r"\sigma",
                UnOp.RELU: r"\mathrm{relu}", UnOp.ERF: r"\operatorname{erf}"}
 LATEX_BINARY = {BinOp.MAX: r"\max", BinOp.MIN: r"\min"}
+LATEX_COMPARISON = {BinOp.LT: "<", BinOp.LE: r"\le", BinOp.GT: ">", BinOp.GE: r"\ge",
+                    BinOp.EQ: "=", BinOp.NE: r"\ne"}
 
 
 # -- index expressions -----------------------------------------------------------------------
@@ -140,6 +142,9 @@ class _Printer:
         return name + self.paren(inner), ATOM
 
     def binary(self, e: Binary) -> tuple[str, int]:
+        if self.latex and e.op in LATEX_COMPARISON:  # Iverson bracket: 1 where it holds
+            a, b = self.wrap(e.lhs, ADD), self.wrap(e.rhs, ADD)
+            return rf"\left[{a} {LATEX_COMPARISON[e.op]} {b}\right]", ATOM
         if self.latex and e.op is BinOp.POW:
             return f"{{{self.wrap(e.lhs, ATOM)}}}^{{{self.expr(e.rhs)[0]}}}", ATOM
         if getattr(e.op, "value", "") in BINARY_FUNCS:  # max(a, b), pow(a, b), ...

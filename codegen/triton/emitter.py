@@ -22,8 +22,8 @@ from codegen.triton.indexing import ADD, ATOM, MUL, KVar
 from codegen.triton.text import WIDTH, KernelText, Value, constant, extremum
 from ir.interpreter import BINARY as NP_BINARY, UNARY as NP_UNARY
 from ir.nodes import (
-    ZERO_PRESERVING, Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, UnOp, Unary,
-    accesses, free_iterators, iterator_symbol, walk,
+    COMPARISONS, ZERO_PRESERVING, Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor,
+    UnOp, Unary, accesses, free_iterators, iterator_symbol, selection, walk,
 )
 from ir.printer import statement_text
 
@@ -39,6 +39,9 @@ UNARY = {
 }
 INFIX = {BinOp.ADD: (" + ", ADD), BinOp.SUB: (" - ", ADD), BinOp.MUL: (" * ", MUL),
          BinOp.DIV: (" / ", MUL)}
+COMPARE_SYMBOL = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==",
+                  BinOp.NE: "!="}
+FALSE_AT_ZERO = frozenset({BinOp.LT, BinOp.GT, BinOp.NE})  # op(0, 0) is 0
 IDENTITY = {Reduce.SUM: "0.0", Reduce.MAX: 'float("-inf")', Reduce.MIN: 'float("inf")'}
 
 class CannotFuse(Exception):
@@ -135,7 +138,10 @@ class TileEmitter:
         hit = self._recall(key)
         if hit is not None:
             return hit
-        if isinstance(e, Unary):
+        picked = selection(e)
+        if picked is not None:
+            v = self.select(*(self.value(x, env) for x in picked))
+        elif isinstance(e, Unary):
             v = self.unary(e.op, self.value(e.x, env))
         elif isinstance(e, Binary):
             v = self.binary(e.op, self.value(e.lhs, env), self.value(e.rhs, env))
@@ -168,11 +174,27 @@ class TileEmitter:
             return Value(extremum(fn, a.code, b.code), axes, level, ATOM, zero)
         if op is BinOp.POW:
             return self.power(a, b)
+        if op is BinOp.MASK:
+            return self.select(a, b, constant(0.0))
+        if op in COMPARISONS:
+            cond = f"{a.code} {COMPARE_SYMBOL[op]} {b.code}"
+            zero = a.zero & b.zero if op in FALSE_AT_ZERO else frozenset()
+            return Value(f"tl.where({cond}, 1.0, 0.0)", axes, level, ATOM, zero, cond=cond)
         sym, prec = INFIX[op]
         lhs = a.code if a.prec >= prec else f"({a.code})"
         right_assoc = op in (BinOp.SUB, BinOp.DIV)
         rhs = b.code if b.prec > prec or (b.prec == prec and not right_assoc) else f"({b.code})"
         return Value(f"{lhs}{sym}{rhs}", axes, level, prec, zero)
+
+    def select(self, c: Value, a: Value, b: Value) -> Value:
+        """``where(c, a, b)`` as ``tl.where`` on ``c``'s boolean form."""
+        if c.const is not None:
+            return a if c.const != 0 else b
+        axes, level = c.axes | a.axes | b.axes, max(c.level, a.level, b.level)
+        zero_b = axes if b.const == 0 else b.zero
+        zero = (c.zero & zero_b) | (a.zero & zero_b)
+        cond = c.cond or f"{c.code} != 0.0"
+        return Value(f"tl.where({cond}, {a.code}, {b.code})", axes, level, ATOM, zero)
 
     def atom(self, v: Value) -> Value:
         """``v`` as a name or a literal, so that code may repeat it."""

@@ -83,6 +83,7 @@ class Value:
     prec: int = ATOM
     zero: frozenset = frozenset()  # axes along which padded (masked-off) lanes hold 0
     const: float | None = None
+    cond: str | None = None        # a comparison's boolean form (its code is 1.0 / 0.0)
 
     @property
     def atom(self) -> str:

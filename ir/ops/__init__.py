@@ -14,6 +14,7 @@ Bad arguments raise :class:`OpError` (a ``ValueError``) naming the op and the pr
 """
 from ir.ops._util import OpError
 from ir.ops.banded import g2bmm, gbmm
+from ir.ops.comparison import eq, ge, gt, le, lt, ne, where
 from ir.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d
 from ir.ops.creation import full
 from ir.ops.einsum import einsum
@@ -39,6 +40,8 @@ __all__ = [
     "add", "sub", "mul", "div", "maximum", "minimum", "pow", "clamp",
     "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "abs", "neg", "reciprocal",
     "erf", "gelu",
+    # comparisons and selection
+    "lt", "le", "gt", "ge", "eq", "ne", "where",
     # reductions
     "sum", "mean", "var", "amax", "amin", "softmax", "log_softmax",
     # shape

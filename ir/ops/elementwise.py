@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 
-def _binary(name: str, build, x, y) -> Scope:
+def _binary(name: str, build, x, y, dtype: str | None = None) -> Scope:
     for v, what in ((x, "input"), (y, "other")):
         if not (is_operand(v) or is_scalar(v)):
             raise OpError(name, f"{what} must be an ir.Tensor, ir.Scope or a Python number, "
@@ -34,7 +34,7 @@ def _binary(name: str, build, x, y) -> Scope:
     def term(v) -> Expr:
         return broadcast_read(v, s, shape) if is_operand(v) else Const(float(v))
 
-    return scope(name, out, (), build(term(x), term(y)), dtype=dtype_of(x, y))
+    return scope(name, out, (), build(term(x), term(y)), dtype=dtype or dtype_of(x, y))
 
 
 def _scaled(y: Expr, alpha) -> Expr:

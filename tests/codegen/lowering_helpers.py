@@ -6,6 +6,7 @@ import torch
 
 import codegen
 from ir import Scope, evaluate, inputs
+from ir.nodes import COMPARISONS, Binary
 
 
 def random_inputs(scope: Scope, seed: int = 0) -> dict[str, np.ndarray]:
@@ -22,7 +23,9 @@ def check_lowering(scope: Scope, seed: int = 0, rtol: float = 1e-9, atol: float 
     assert isinstance(got, torch.Tensor)
     assert tuple(got.shape) == want.shape, \
         f"shape {tuple(got.shape)} != {want.shape}\n{kernel.source}"
-    assert got.dtype == torch.float64 or not env
+    comparison = not scope.summation and isinstance(scope.body, Binary) and \
+        scope.body.op in COMPARISONS  # a torch.bool result, as torch's comparisons give
+    assert got.dtype == (torch.bool if comparison else torch.float64) or not env, got.dtype
     np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol, equal_nan=True,
                                err_msg=kernel.source)
     return kernel

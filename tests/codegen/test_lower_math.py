@@ -144,3 +144,46 @@ def test_clamp_keeps_nan(backend, dtype, rtol, monkeypatch):
     got, want, source = run(ops.clamp(x, -1.0, 1.0), backend, dtype, monkeypatch, x=SPECIAL)
     assert np.isnan(got[-1])
     assert_same(got, want, source, rtol)
+
+
+PICKS = {
+    "where": lambda x, y: ops.where(ops.gt(x, 0), x, ops.mul(y, 0.1)),
+    "where_log": lambda x, y: ops.where(ops.gt(x, 0), ops.log(x), 0.0),
+    "where_numbers": lambda x, y: ops.where(ops.ge(x, y), 1.0, -1.0),
+    "where_zero_first": lambda x, y: ops.where(ops.ne(x, x), 0.0, x),
+    "lt": lambda x, y: ops.lt(x, y),
+    "eq_number": lambda x, y: ops.eq(x, 0.0),
+    "comparison_arithmetic": lambda x, y: ops.sub(ops.lt(x, y), ops.gt(x, y)),
+    "count_below": lambda x, y: ops.sum(ops.le(x, 0.5)),
+    "clamp_by_where": lambda x, y: ops.where(ops.lt(x, -1.0), -1.0, ops.where(ops.gt(x, 1.0),
+                                                                          1.0, x)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PICKS))
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_comparisons_and_where(case, backend, dtype, rtol, monkeypatch):
+    x, y = (Tensor(n, PAIRS[0].shape, "float32") for n in "xy")
+    e = PICKS[case](x, y)
+    got, want, source = run(e, backend, dtype, monkeypatch, x=PAIRS[0], y=PAIRS[1])
+    assert_same(got, want, source, rtol)
+
+
+@pytest.mark.parametrize("backend,dtype,rtol", BACKENDS, ids=["torch", "triton"])
+def test_a_comparison_is_a_bool_tensor_and_a_bool_input_a_condition(backend, dtype, rtol,
+                                                                     monkeypatch):
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x, y = (Tensor(n, PAIRS[0].shape, "float32") for n in "xy")
+    kernel = codegen.lower(ops.lt(x, y), backend=backend)
+    a, b = (torch.tensor(v, dtype=dtype) for v in PAIRS)
+    got = kernel(a, b)
+    assert got.dtype == torch.bool
+    assert torch.equal(got, a < b)
+    c = Tensor("c", PAIRS[0].shape, "bool")
+    kernel = codegen.lower(ops.where(c, x, y), backend=backend)
+    cond = a > b
+    got = kernel(*({"c": cond, "x": a, "y": b}[n] for n in kernel.input_names))
+    assert torch.equal(torch.isnan(got), torch.isnan(torch.where(cond, a, b)))
+    np.testing.assert_array_equal(got.nan_to_num().numpy(),
+                                  torch.where(cond, a, b).nan_to_num().numpy())

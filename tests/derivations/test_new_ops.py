@@ -19,6 +19,13 @@ CASES = {
     "rsqrt": lambda: ops.rsqrt(ops.sum(ops.pow(X, 2), dim=1)),
     "gelu": lambda: ops.gelu(ops.matmul(X, Y)),
     "gelu_tanh": lambda: ops.gelu(ops.matmul(X, Y), approximate="tanh"),
+    "where": lambda: ops.where(ops.gt(ops.matmul(X, Y), 0), ops.matmul(X, Y), 0.5),
+    "where_reduced": lambda: ops.sum(ops.where(ops.lt(X, 0.5), ops.exp(X), X), dim=0),
+    "comparison": lambda: ops.eq(ops.matmul(X, Y), 0.0),
+    "clamp_var": lambda: ops.clamp(ops.var(ops.matmul(X, Y), 1), max=1.0),
+    "trace_diag": lambda: ops.add(ops.trace(ops.mm(X, ops.transpose(X, 0, 1))),
+                                  ops.sum(ops.diagonal(ops.mm(Y, ops.transpose(Y, 0, 1))))),
+    "select_full": lambda: ops.mul(ops.select(X, 1, 2), ops.full((4,), 2.0)),
 }
 
 
