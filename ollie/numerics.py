@@ -11,12 +11,21 @@ def tolerance(dtype: torch.dtype) -> float:
 
 
 def max_relative_error(out, ref: torch.Tensor) -> float:
-    """max |out - ref| / max(1, max |ref|): robust to sign changes and near-zero entries
-    (inf when ``out`` is not a tensor of ``ref``'s shape)."""
+    """max |out - ref| / max(1, max |ref|) over the finite entries: robust to sign changes and
+    near-zero entries. Non-finite entries must agree exactly (NaN where the reference is NaN,
+    the same infinity where it is infinite): NaN in, NaN out. inf when they do not, or when
+    ``out`` is not a tensor of ``ref``'s shape."""
     if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
         return float("inf")
     if ref.numel() == 0:
         return 0.0
-    diff = (out.double() - ref.double()).abs().max().item()
-    scale = max(1.0, ref.double().abs().max().item())
-    return diff / scale if diff == diff else float("inf")  # NaN counts as a failure
+    out, ref = out.detach().double(), ref.detach().double()
+    finite = torch.isfinite(ref)
+    if not torch.equal(torch.isnan(out), torch.isnan(ref)) or \
+            not torch.equal(out[torch.isinf(ref)], ref[torch.isinf(ref)]):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    diff = (out[finite] - ref[finite]).abs().max().item()
+    scale = max(1.0, ref[finite].abs().max().item())
+    return diff / scale if diff == diff else float("inf")

@@ -1,8 +1,10 @@
 """One region's journey: derive on the e-graph, pick a candidate, lower, verify, measure.
 
-The region is adopted (its kernel replaces the eager nodes) only when the lowered program
-matches eager on the real arguments and, if measuring, runs faster than the eager nodes it
-replaces. Otherwise the eager nodes stay and the report says why.
+A region (``ollie.capture.regions.Region``) is a composed expression over an ATen graph's
+nodes; ``reference`` holds the value of every node it reads and of its root, computed by
+running the original graph on sample inputs. The region is adopted (its program replaces the
+nodes) only when the lowered program matches the original under the numerics contract and
+runs faster than the nodes it replaces. Otherwise they stay and the report says why.
 """
 from __future__ import annotations
 
@@ -12,17 +14,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
+import torch.fx as fx
 
 import codegen
 import ir
 from derivations import Budget, derive
+from derivations.normalize import inline_views
 from ollie import cache
 from ollie.cost import measure
 from ollie import progress
 from ollie import cost as cost_model
 from ollie.cost.timing import interleaved_times
 from ollie.numerics import max_relative_error, tolerance
-from ollie.plan import run_node
 
 
 @dataclass
@@ -58,45 +61,54 @@ class RegionReport:
                 "backend": self.backend}
 
     def summary(self) -> str:
-        speed = (f", eager {self.eager_s * 1e3:.3f} ms vs ollie {self.ollie_s * 1e3:.3f} ms"
+        speed = (f", original {self.eager_s * 1e3:.3f} ms vs derived {self.ollie_s * 1e3:.3f} ms"
                  if self.eager_s and self.ollie_s else "")
         return (f"ollie: region {self.root_name} ({' → '.join(self.ops)}): {self.decision}"
-                f"; est. cost {self.cost_before:.3g} → {self.cost_after:.3g}{speed}")
+                f"; est. {_us(self.cost_before)} → {_us(self.cost_after)}{speed}")
 
-    def describe(self) -> str:
+    def describe(self, adopted: bool | None = None) -> str:
+        """The region in a few lines; ``adopted``: whether its program is what runs (the
+        region's own decision unless the whole graph's comparison overruled it)."""
+        adopted = self.kernel is not None if adopted is None else adopted
         lines = [f"region {self.root_name}: {' → '.join(self.ops)}",
-                 "  captured expression:", _indent(ir.to_text(self.original), 4)]
+                 "  captured expression:", _indent(ir.to_text(ir.readable(self.original)), 4)]
         if self.cached:
-            lines.append("  derivation: taken from the disk cache (no derivation, no measurement)")
+            lines.append("  derivation: none, the decision is stored in the disk cache"
+                         " (figures below are the stored ones)")
         if self.derivation is not None:
             lines.append(f"  derivation: {self.derivation}")
         for chain, cost, ok, seconds, note in self.measured:
-            lines.append(f"  measured candidate {' → '.join(chain) or '(original)'}: "
-                         + (f"{seconds * 1e3:.3f} ms ({note})" if ok else f"rejected, {note}")
-                         + f" (est. {cost:.3g})")
-        if self.chosen is not None:
-            lines.append("  rule chain: " + (" → ".join(self.rule_chain) or "(none: original form)"))
-            lines.append("  chosen program:")
+            lines.append(f"  candidate {' → '.join(chain) or '(original)'}, est. {_us(cost)}: "
+                         + (f"measured {seconds * 1e3:.3f} ms ({note})" if ok
+                            else f"rejected, {note}"))
+        if self.chosen is not None and self.chosen is not self.original:
+            label = "chosen program" if adopted else "best derived program (not used)"
+            lines.append("  rule chain: " + (" → ".join(self.rule_chain) or "(none)"))
+            lines.append(f"  {label}:")
             lines.append(_indent(ir.to_text(ir.readable(self.chosen)), 4))
-        lines.append(f"  estimated cost: {self.cost_before:.4g} → {self.cost_after:.4g}"
-                     + (f" ({self.cost_before / self.cost_after:.1f}× lower)"
-                        if self.cost_after else ""))
+        lines.append(f"  estimated time (cost model): {_us(self.cost_before)} → "
+                     f"{_us(self.cost_after)}")
         if self.error is not None:
-            lines.append(f"  check against eager: max relative error {self.error:.2e}")
+            lines.append(f"  check against the original: max relative error {self.error:.2e}")
         if self.model_pick_ratio is not None and len(self.measured) > 1:
             lines.append(f"  cost model's first choice ran at {self.model_pick_ratio:.2f}× "
                          "the best measured candidate")
         if self.eager_s is not None and self.ollie_s is not None:
-            lines.append(f"  measured: eager {self.eager_s * 1e3:.3f} ms, ollie "
-                         f"{self.ollie_s * 1e3:.3f} ms ({self.eager_s / self.ollie_s:.2f}×, "
-                         f"{self.backend} backend)")
+            lines.append(f"  measured (best of interleaved runs, uncompiled): original "
+                         f"{self.eager_s * 1e3:.3f} ms, derived {self.ollie_s * 1e3:.3f} ms "
+                         f"({self.eager_s / self.ollie_s:.2f}×, {self.backend} backend)")
         lines.append(f"  decision: {self.decision}")
         return "\n".join(lines)
 
 
+def _us(seconds: float) -> str:
+    """A cost-model estimate (seconds) in microseconds."""
+    return f"{seconds * 1e6:.4g} µs"
+
+
 ADOPTED = "adopted"
-NOT_CHEAPER = "eager: no derived form is cheaper than the captured one"
-NOT_FASTER = "eager: the derived program measured not clearly faster than eager"
+NOT_CHEAPER = "kept: no derived form is cheaper than the captured one"
+NOT_FASTER = "kept: the derived program measured not clearly faster than the original"
 CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER)
 ADOPTION_MARGIN = 0.95  # a kernel must beat eager by 5%: a tie is noise, not a win
 
@@ -126,7 +138,7 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
     report.cost_before, report.cost_after = entry.get("cost_before", 0), entry.get("cost_after", 0)
     report.eager_s, report.ollie_s = entry.get("eager_s"), entry.get("ollie_s")
     if entry.get("decision") != ADOPTED:
-        report.decision = entry.get("decision", "eager")
+        report.decision = entry.get("decision", "kept")
         return True
     try:
         report.chosen = ir.parse(entry["program"])
@@ -148,15 +160,18 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     report.cost_before = ir.analysis.program_cost(region.expr, cost)
     try:
         t0 = time.perf_counter()
-        derivation = derive(region.expr, Budget(nodes=options.max_nodes,
-                                                seconds=options.budget_s),
+        start = inline_views(region.expr)  # ATen's data movement folded into the reads
+        derivation = derive(start, Budget(nodes=options.max_nodes, seconds=options.budget_s),
                             on_iteration=show.derivation(report.root_name))
         candidates = derivation.candidates(options.candidates, cost)
         second_opinion = _analytic_pick(region.expr, derivation, candidates, cost)
+        if start != region.expr:
+            candidates, second_opinion = ([replace(c, rule_chain=("inline_views",) + c.rule_chain)
+                                           for c in cs] for cs in (candidates, second_opinion))
         report.derive_s = time.perf_counter() - t0
         report.derivation = derivation.report
     except Exception as e:  # a derivation bug must not break the user's function
-        report.decision = f"eager: derivation failed: {_first_line(e)}"
+        report.decision = f"kept: derivation failed: {_first_line(e)}"
         return
     report.candidates = candidates + second_opinion
     cheapest = min(candidates, key=lambda c: c.cost)
@@ -186,7 +201,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         model_pick = min(timed, key=lambda r: r.candidate.cost)
         report.model_pick_ratio = model_pick.seconds / min(r.seconds for r in timed)
     if winner is None:
-        report.decision = ("eager: no derived program matched eager ("
+        report.decision = ("kept: no derived program matched the original ("
                            + "; ".join(r.reason for r in results) + ")")
         report.error = min((r.error for r in results), default=None)
         return
@@ -198,13 +213,13 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
 
     def eager_region():
         for m in members:
-            env[m] = run_node(None, m, env)
+            env[m] = run_node(m, env)
 
     inputs = [tensors[n] for n in winner.kernel.input_names]
     with torch.no_grad():
-        (report.eager_s, eager_best), (report.ollie_s, ollie_best) = interleaved_times(
+        (_, report.eager_s), (_, report.ollie_s) = interleaved_times(
             [eager_region, lambda: winner.kernel(*inputs)], budget_s=options.measure_cap_s)
-    if ollie_best >= eager_best * ADOPTION_MARGIN:
+    if report.ollie_s >= report.eager_s * ADOPTION_MARGIN:
         report.decision = NOT_FASTER
         return
     _adopt(report, winner.kernel)
@@ -244,9 +259,15 @@ def _backends(options, tensors: dict) -> list[str]:
 
 
 def _op_name(node) -> str:
-    if node.op == "call_method":
-        return f".{node.target}"
-    return getattr(node.target, "__name__", str(node.target))
+    packet = getattr(node.target, "overloadpacket", None)
+    return str(packet) if packet is not None else getattr(node.target, "__name__", str(node.target))
+
+
+def run_node(node, env: dict):
+    """Evaluate one ``call_function`` node, its inputs taken from ``env``."""
+    args = fx.node.map_arg(node.args, env.__getitem__)
+    kwargs = fx.node.map_arg(node.kwargs, env.__getitem__)
+    return node.target(*args, **kwargs)
 
 
 def _indent(text: str, n: int) -> str:

@@ -4,6 +4,11 @@ import pathlib
 import sys
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[1])
+# Inductor's pool of compile workers warms up in the background and takes the CPU from the
+# timings that follow a compile on a small machine: compile in-process in tests.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# Spin-waiting OpenMP threads make timings meaningless on a shared, loaded machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

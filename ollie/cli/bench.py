@@ -54,20 +54,10 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:120]
 
 
-def _ollie_plan(optimized, args) -> str:
-    """'2/3 regions adopted' from the explanation, or why it ran eagerly."""
-    try:
-        compiled = optimized.explain(*args).compiled
-    except Exception as e:  # explain is best-effort here: the timing already ran
-        return f"explain failed: {_first_line(e)}"
-    if getattr(compiled, "fallback", None):
-        return f"eager: {compiled.fallback}"
-    regions = getattr(compiled, "regions", [])
-    adopted = sum(getattr(r, "decision", "") == "adopted" for r in regions)
-    ratios = [r.model_pick_ratio for r in regions
-              if getattr(r, "model_pick_ratio", None) and len(r.measured) > 1]
-    pick = f"; model's pick at {max(ratios):.2f}× the best measured" if ratios else ""
-    return f"{adopted}/{len(regions)} regions adopted{pick}"
+def _ollie_plan(optimized) -> str:
+    """What runs, graph by graph (``ollie.capture.report.summary``)."""
+    from ollie.capture.report import summary
+    return summary(optimized.backend)
 
 
 def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
@@ -123,7 +113,7 @@ def run_case(case: Case, scale: float, repeat: int, budget_s: float, use_compile
     row["ollie_warmup_s"] = round(time.perf_counter() - t0, 3)
     row["max_rel_error"] = max_relative_error(out, expected)
     row["match"] = row["max_rel_error"] <= 1e-4
-    row["ollie_plan"] = _ollie_plan(optimized, args)
+    row["ollie_plan"] = _ollie_plan(optimized)
     row["ollie_warnings"] = [str(w.message).splitlines()[0] for w in caught]
     variants["ollie"] = lambda: optimized(*args)
 

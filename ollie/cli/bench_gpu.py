@@ -105,9 +105,9 @@ def conv_transpose_fn(stride: int, padding: int):
 def _band_windows(x: torch.Tensor, w: int, d: int, j0: int, count: int) -> torch.Tensor:
     """``win[b, i, j, c] = x[b, i + d*(j0 + j - w), c]`` (0 outside ``x``) as a strided view."""
     b, n, c = x.shape
-    xp = F.pad(x, (0, 0, w * d, w * d)).contiguous()
-    return xp.as_strided((b, n, count, c), (xp.stride(0), c, d * c, 1),
-                         xp.storage_offset() + j0 * d * c)
+    xp = F.pad(x, (0, 0, w * d, w * d)).contiguous()  # fresh storage: offset 0
+    # (no xp.storage_offset(): Dynamo cannot trace it and would break the graph here)
+    return xp.as_strided((b, n, count, c), (xp.stride(0), c, d * c, 1), j0 * d * c)
 
 
 def g2bmm_fn(w: int, d: int, chunk: int = 64):

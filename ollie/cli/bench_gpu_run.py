@@ -56,8 +56,8 @@ def run_case(case, repeat: int, budget_s: float, use_compile: bool, peaks: str |
         row["compile_over_ollie"] = row["compile_ms"] / row["ollie_ms"]
     if peaks:
         row["roofline_ms"] = case.roofline(peaks) * 1e3
-    regions = optimized.explain(*args).compiled.regions
-    row["ollie_plan"] = "; ".join(f"{r.root_name}: {r.decision}" for r in regions) or "eager"
+    from ollie.capture.report import summary
+    row["ollie_plan"] = summary(optimized.backend)
     return row
 
 

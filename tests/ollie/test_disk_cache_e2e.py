@@ -12,34 +12,47 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, time, torch
-    import ollie, ollie.region as cr
+    import ollie, ollie.region as cr, ollie.capture.graph_pass as gp
 
     if os.environ.get("FORBID_DERIVE"):
         def forbidden(*a, **k):
-            raise AssertionError("derivation ran although the disk cache should answer")
+            raise AssertionError("derivation or measurement ran although the disk cache "
+                                 "should answer")
         cr.derive = forbidden
         cr.measure.measure_candidates = forbidden
+        gp.interleaved_times = forbidden
 
     torch.manual_seed(0)
     a, b, c = torch.randn(256, 512), torch.randn(512, 512), torch.randn(512, 4)  # 40x fewer flops
     f = ollie.optimize(lambda a, b, c: (a @ b) @ c)
-    out = f(a, b, c)
-    region = f.explain(a, b, c).compiled.regions[0]
+    with torch.no_grad():
+        out = f(a, b, c)
+    graph = f.backend.reports[0]
+    region = graph.regions[0]
     err = ((out - (a @ b) @ c).abs().max() / (a @ b @ c).abs().max()).item()
 
-    # Per-call overhead: the optimized call against the chosen kernel called directly.
-    inputs = {"a": a, "b": b, "c": c}
-    direct = lambda: region.kernel(*[inputs[n] for n in region.input_names])
+    # Per-call overhead: the optimized call against the chosen kernel called directly, and
+    # against that kernel compiled by torch.compile itself (Dynamo's guards and AOTAutograd's
+    # wrappers cost the same there: what is left is Ollie's own share).
+    inputs = dict(zip(sorted(region.input_names), (a, b, c)))  # arg0_1, arg1_1, arg2_1
+    kernel_args = [inputs[n] for n in region.input_names]
+    direct = lambda: region.kernel(*kernel_args)
+    plain = torch.compile(lambda *xs: region.kernel(*xs))
+    compiled = lambda: plain(*kernel_args)
     wrapped = lambda: f(a, b, c)
-    best = {"direct": [], "wrapped": []}
-    for fn in (direct, wrapped):
-        fn()
-    for _ in range(200):
-        for name, fn in (("direct", direct), ("wrapped", wrapped)):
-            t0 = time.perf_counter(); fn(); best[name].append(time.perf_counter() - t0)
+    variants = {"direct": direct, "compiled": compiled, "wrapped": wrapped}
+    best = {name: [] for name in variants}
+    with torch.no_grad():
+        for fn in variants.values():
+            fn()
+        for _ in range(300):
+            for name, fn in variants.items():
+                t0 = time.perf_counter(); fn(); best[name].append(time.perf_counter() - t0)
     overhead = min(best["wrapped"]) - min(best["direct"])  # best times: robust to load
+    own = min(best["wrapped"]) - min(best["compiled"])
     print(json.dumps({"cached": region.cached, "decision": region.decision, "error": err,
-                      "overhead_s": overhead}))
+                      "graph_adopted": graph.adopted, "timing_cached": graph.timing_cached,
+                      "overhead_s": overhead, "own_overhead_s": own}))
 """)
 
 
@@ -61,19 +74,22 @@ def warmed_cache(tmp_path_factory):
 def test_first_process_derives_and_adopts(warmed_cache):
     _, first = warmed_cache
     assert first["decision"] == "adopted" and not first["cached"]
+    assert first["graph_adopted"] and not first["timing_cached"]
 
 
 def test_second_process_hits_the_disk_cache_without_deriving(warmed_cache):
     cache_dir, _ = warmed_cache
     second = run_process(cache_dir, FORBID_DERIVE="1")
     assert second["cached"] and second["decision"] == "adopted"
+    assert second["graph_adopted"] and second["timing_cached"]
     assert second["error"] < 1e-4
 
 
-def test_cached_call_overhead_is_under_50_microseconds(warmed_cache):
+def test_cached_call_overhead_is_small(warmed_cache):
     cache_dir, _ = warmed_cache
     second = run_process(cache_dir, FORBID_DERIVE="1")
-    assert second["overhead_s"] < 50e-6
+    assert second["own_overhead_s"] < 15e-6   # beyond what torch.compile's own call costs
+    assert second["overhead_s"] < 80e-6       # everything, against a bare Python call
 
 
 def test_corrupted_entry_is_ignored_and_the_result_stays_correct(warmed_cache, tmp_path):
@@ -94,7 +110,8 @@ def test_hand_edited_program_is_not_trusted(warmed_cache, tmp_path):
     edited.mkdir()
     for entry in Path(cache_dir).rglob("*.json"):
         data = json.loads(entry.read_text())
-        data["value"]["program"] = data["value"]["program"].replace("*", "+")
+        if data["value"].get("program"):  # region entries (the graph timing has none)
+            data["value"]["program"] = data["value"]["program"].replace("*", "+")
         target = edited / entry.relative_to(cache_dir)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(data))

@@ -1,0 +1,67 @@
+"""Normalisation before the e-graph: views inlined into their readers.
+
+Core-ATen graphs spell one operator as a chain of data movements around a library call:
+``einsum("bic,bijc->bij")`` becomes unsqueeze, permute, permute, view, clone, view, bmm, view,
+permute. Each of those is a scope whose body is a single read (``T[i,j] = S[j,i]``): a
+composition of index maps, which ``inline_read`` (traversal merging) folds into the reader
+with the out-of-bounds guard made explicit where it matters. Doing that once, deterministically,
+before derivation removes a dozen scopes from such an expression, so the e-graph's budget goes
+to the derivations that change the algorithm, not to rediscovering function composition.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ir.nodes import Access, Binary, Expr, Scope, Unary
+from derivations.rules.merging import inline_read
+
+__all__ = ["inline_views", "is_view"]
+
+
+def is_view(s: Scope) -> bool:
+    """A scope that only moves data: no summation, its body one read."""
+    return not s.summation and isinstance(s.body, Access)
+
+
+def inline_views(root: Scope) -> Scope:
+    """``root`` with every view it (transitively) reads inlined where ``inline_read`` can."""
+    memo: dict[int, Scope] = {}
+
+    def norm(s: Scope) -> Scope:
+        if id(s) in memo:
+            return memo[id(s)]
+        out = replace(s, body=_map_reads(s.body, norm))
+        while True:
+            views = [a for a in _reads(out.body) if is_view(a.source)]
+            for read in views:
+                inlined = inline_read(out, read)
+                if inlined is not None:
+                    out = inlined
+                    break
+            else:
+                break
+        memo[id(s)] = out
+        return out
+
+    return norm(root)
+
+
+def _reads(e: Expr) -> list[Access]:
+    if isinstance(e, Access):
+        return [e] if isinstance(e.source, Scope) else []
+    if isinstance(e, Binary):
+        return _reads(e.lhs) + _reads(e.rhs)
+    if isinstance(e, Unary):
+        return _reads(e.x)
+    return []
+
+
+def _map_reads(e: Expr, f) -> Expr:
+    """``e`` with the source of every scope read replaced by ``f(source)``."""
+    if isinstance(e, Access):
+        return Access(f(e.source), e.indices) if isinstance(e.source, Scope) else e
+    if isinstance(e, Binary):
+        return replace(e, lhs=_map_reads(e.lhs, f), rhs=_map_reads(e.rhs, f))
+    if isinstance(e, Unary):
+        return replace(e, x=_map_reads(e.x, f))
+    return e

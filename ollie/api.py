@@ -1,0 +1,152 @@
+"""``@ollie.optimize`` and ``ollie.explain``: a thin, documented layer over ``torch.compile``.
+
+    @ollie.optimize                          # or @ollie.optimize(budget_s=1.0, inductor=False)
+    def f(a, b, c):
+        return (a @ b) @ c
+
+is ``torch.compile(f, backend=OllieBackend(options), dynamic=False)`` plus ``f.explain()``.
+Shapes are static (Ollie derives per shape; a new shape recompiles, as Dynamo's guards say).
+An ``nn.Module`` gives back the compiled module (``torch.compile``'s ``OptimizedModule``) with
+an ``explain`` attribute, so ``.parameters()``, ``.train()`` and state dicts keep working.
+"""
+from __future__ import annotations
+
+import functools
+import types
+from typing import Callable
+
+import torch
+
+from ollie.capture.backend import OllieBackend, register
+from ollie.capture.report import Explanation
+from ollie.options import Options
+
+
+class _GraphBreaks:
+    """Dynamo's reasons for splitting the function, seen during its calls. Dynamo counts them
+    globally (``graph_break``, and ``unimplemented`` for what it cannot trace, such as
+    data-dependent branching); reading the totals before and after a call costs well under a
+    microsecond."""
+
+    KINDS = ("graph_break", "unimplemented")
+
+    def __init__(self):
+        from torch._dynamo.utils import counters
+        self.counters = [counters[k] for k in self.KINDS]
+        self.seen: dict[str, int] = {}
+
+    def total(self) -> int:
+        return sum(sum(c.values()) for c in self.counters)
+
+    def snapshot(self) -> list[dict]:
+        return [dict(c) for c in self.counters]
+
+    def record(self, before: list[dict]) -> None:
+        for counter, old in zip(self.counters, before):
+            for reason, n in counter.items():
+                if n > old.get(reason, 0):
+                    self.seen[reason] = self.seen.get(reason, 0) + n - old.get(reason, 0)
+
+
+class OptimizedFunction:
+    """``fn`` compiled by ``torch.compile`` with an Ollie backend of its own."""
+
+    def __init__(self, fn: Callable, options: Options):
+        self.fn = fn
+        self.options = options
+        self.backend = OllieBackend(options)
+        self.breaks = _GraphBreaks()
+        self._compiled = torch.compile(fn, backend=self.backend, dynamic=False)
+        functools.update_wrapper(self, fn, updated=())
+        self.__name__ = _name(fn)
+
+    def __call__(self, *args, **kwargs):
+        total = self.breaks.total()
+        before = self.breaks.snapshot() if total else [{}, {}]
+        out = self._compiled(*args, **kwargs)
+        if self.breaks.total() != total:
+            self.breaks.record(before)
+        return out
+
+    def __get__(self, obj, objtype=None):  # a decorated method binds like a function
+        return self if obj is None else types.MethodType(self, obj)
+
+    def explain(self, *args, **kwargs) -> Explanation:
+        """What Ollie did with every graph compiled so far: regions, derivations, rule chains,
+        chosen programs, measured times, and what it left to Inductor and why. With arguments,
+        and nothing compiled yet, the function is first called once on them."""
+        if (args or kwargs) and not self.backend.graphs:
+            self(*args, **kwargs)
+        return Explanation(self.__name__, self.backend, dict(self.breaks.seen))
+
+
+def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: bool = True,
+             budget_s: float = 2.0, max_nodes: int = 20_000, candidates: int = 4,
+             measure_cap_s: float = 0.5, cache: bool = True, cache_dir: str | None = None,
+             verbose: bool = False, progress: bool | str = "auto"):
+    """Optimize a torch function or ``nn.Module``; use bare (``@optimize``) or with options.
+
+    backend: codegen for derived programs: "auto" (torch code; Triton measured too on a GPU),
+      "torch", "triton".
+    inductor: compile the rewritten graph with Inductor (default); False runs it as is.
+    budget_s / max_nodes: derivation time and e-graph size per region.
+    candidates / measure_cap_s: how many derived programs are measured, seconds each.
+    cache / cache_dir: the persistent decision cache (default $OLLIE_CACHE_DIR or per user).
+    progress: a progress line while deriving and measuring ("auto": if stderr is a terminal).
+    verbose: print each region's decision.
+    """
+    options = Options(backend=backend, inductor=inductor, budget_s=budget_s,
+                      max_nodes=max_nodes, candidates=candidates, measure_cap_s=measure_cap_s,
+                      cache=cache, cache_dir=cache_dir, verbose=verbose, progress=progress)
+    register()
+    if fn is None:
+        return functools.partial(_wrap, options=options)
+    return _wrap(fn, options)
+
+
+def _wrap(fn, options: Options):
+    if isinstance(fn, torch.nn.Module):
+        return _optimize_module(fn, options)
+    if not callable(fn):
+        raise TypeError(f"ollie.optimize expects a function or an nn.Module, "
+                        f"got {type(fn).__name__}")
+    return OptimizedFunction(fn, options)
+
+
+def _optimize_module(module: torch.nn.Module, options: Options) -> torch.nn.Module:
+    backend = OllieBackend(options)
+    compiled = torch.compile(module, backend=backend, dynamic=False)
+    breaks = _GraphBreaks()
+    state = {}
+
+    def before(mod, args):
+        state["total"] = breaks.total()
+        state["counts"] = breaks.snapshot() if state["total"] else [{}, {}]
+
+    def after(mod, args, out):
+        if breaks.total() != state.get("total"):
+            breaks.record(state.get("counts", [{}, {}]))
+
+    compiled.register_forward_pre_hook(before)
+    compiled.register_forward_hook(after)
+
+    def explain(*args, **kwargs) -> Explanation:
+        if (args or kwargs) and not backend.graphs:
+            compiled(*args, **kwargs)
+        return Explanation(type(module).__name__, backend, dict(breaks.seen))
+
+    compiled.explain = explain
+    compiled.ollie_backend = backend
+    return compiled
+
+
+def explain(fn: Callable, *args, **kwargs) -> Explanation:
+    """``ollie.explain(f, *args)``: like ``f.explain(*args)``, optimizing ``f`` if needed."""
+    if not isinstance(fn, OptimizedFunction) and not hasattr(fn, "ollie_backend"):
+        fn = optimize(fn)
+    return fn.explain(*args, **kwargs)
+
+
+def _name(fn) -> str:
+    return (getattr(fn, "__qualname__", None) or getattr(getattr(fn, "func", None), "__name__",
+                                                          None) or type(fn).__name__)

@@ -1,0 +1,211 @@
+"""The ``torch.compile`` backend ``"ollie"``.
+
+    torch.compile(model, backend="ollie", options={"budget_s": 1.0})
+
+TorchDynamo captures the Python (guards, graph breaks) and calls the backend once per graph.
+Ollie hands the graph to Inductor's ``compile_fx`` with its own ``inner_compile``: AOTAutograd
+then produces functional core-ATen graphs (the core ATen decompositions plus Inductor's own) —
+the forward, the backward, or one inference graph — and each one reaches
+``OllieBackend._inner`` before Inductor compiles it. There Ollie rewrites the regions it can
+improve (``ollie.capture.graph_pass``), Inductor compiles the original and the rewritten
+graph, and the faster one is kept. With ``inductor=False`` the same graphs run as they are,
+through AOTAutograd alone.
+
+Ollie never re-traces user code and never runs it: what it measures is the ATen graph, on
+sample inputs. A graph Ollie cannot handle goes to Inductor untouched; one Inductor cannot
+compile either runs eagerly; each with a one-line ``OllieWarning``.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+
+import torch
+
+from ollie import progress
+from ollie.capture import graph_pass
+from ollie.options import Options
+
+# Random ops draw exactly as in eager mode (dropout under a fixed seed gives eager's mask).
+INDUCTOR_CONFIG = {"fallback_random": True}
+
+
+class OllieWarning(UserWarning):
+    """Ollie left (part of) a program to Inductor or to eager PyTorch; the message says why."""
+
+
+class OllieBackend:
+    """A backend with options and a memory of what it did (``reports``, for ``explain``)."""
+
+    def __init__(self, options: Options | None = None):
+        self.options = options or Options()
+        self.reports: list[graph_pass.GraphReport] = []
+        self.notes: list[str] = []      # graphs left entirely to eager PyTorch, and why
+        self.graphs = 0                 # graphs Dynamo handed over
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.graphs += 1
+        number = self.graphs
+        reason = _unsupported(example_inputs)
+        if reason:
+            return self._eager(gm, f"graph {number} runs eagerly: {reason}")
+        try:
+            if self.options.inductor:
+                return _compile_with_inductor(gm, example_inputs,
+                                              functools.partial(self._inner, number))
+            return _compile_without_inductor(gm, example_inputs,
+                                             functools.partial(self._plain, number))
+        except Exception as e:  # a compiler failure must not break the user's program
+            return self._eager(gm, f"graph {number} runs eagerly: compiling it failed: "
+                                   f"{_first_line(e)}")
+
+    # -- AOTAutograd's compilers -------------------------------------------------------------
+    def _inner(self, number: int, gm, example_inputs, **kwargs):
+        """Inductor's inner compile, with Ollie's rewrite and the compiled A/B in front."""
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        title = f"{_kind(kwargs)} graph {number}"
+        decompositions = kwargs.get("get_decomp_fn", _decompositions)()
+        new, report = self._rewrite(gm, example_inputs, title, decompositions)
+        if new is None:
+            return compile_fx_inner(gm, example_inputs, **kwargs)
+        key = graph_pass.comparison_key(gm, example_inputs, report)
+        original = compile_fx_inner(gm, example_inputs, **kwargs)
+        strides = _take_output_strides()  # each compile reports its outputs' strides to AOT
+        rewritten = compile_fx_inner(new, example_inputs, **kwargs)
+        with _real_computation():
+            report.adopted = graph_pass.compare(original, rewritten, example_inputs, report,
+                                                self.options, key)
+        self._announce(report)
+        if report.adopted:
+            return rewritten
+        _take_output_strides()
+        _give_output_strides(strides)
+        return original
+
+    def _plain(self, number: int, kind: str, gm, example_inputs):
+        """AOTAutograd's compiler without Inductor: the (rewritten) graph runs as it is."""
+        from torch._functorch.aot_autograd import make_boxed_func
+
+        new, report = self._rewrite(gm, example_inputs, f"{kind} graph {number}",
+                                    _decompositions())
+        report.adopted = new is not None
+        self._announce(report)
+        return make_boxed_func((new if new is not None else gm).forward)
+
+    def _rewrite(self, gm, example_inputs, title, decompositions):
+        try:
+            with _real_computation(), progress.progress(self.options.progress) as show:
+                new, report = graph_pass.rewrite_graph(gm, example_inputs, self.options, title,
+                                                       decompositions, show)
+        except Exception as e:  # an Ollie bug must not break the user's program
+            new, report = None, graph_pass.GraphReport(
+                title, note=f"Ollie failed on this graph, left as it is: {_first_line(e)}")
+            warnings.warn(f"ollie: {title}: {report.note}", OllieWarning, stacklevel=2)
+        self.reports.append(report)
+        return new, report
+
+    def _announce(self, report) -> None:
+        if self.options.verbose:
+            for r in report.regions:
+                print(r.summary())
+
+    def _eager(self, gm, note: str):
+        self.notes.append(note)
+        warnings.warn(f"ollie: {note}", OllieWarning, stacklevel=3)
+        return gm.forward
+
+
+@contextlib.contextmanager
+def _real_computation():
+    """AOTAutograd calls its compilers with a fake mode active and Inductor with the Python
+    dispatcher on (a big mm then runs ~10× slower); Ollie's samples and timings need neither."""
+    from torch._dispatch.python import no_python_dispatcher
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), no_python_dispatcher():
+        yield
+
+
+def _compile_with_inductor(gm, example_inputs, inner):
+    import torch._functorch.config as functorch_config
+    from torch._inductor.compile_fx import compile_fx
+
+    # AOTAutograd's cache key does not see inner_compile: it would hand Inductor's artifact
+    # to Ollie (or Ollie's to Inductor). Inductor's own FX-graph cache, keyed on the graph it
+    # compiles (rewritten or not), stays on.
+    with functorch_config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=INDUCTOR_CONFIG)
+
+
+def _compile_without_inductor(gm, example_inputs, compiler):
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(
+        fw_compiler=functools.partial(compiler, "forward"),
+        bw_compiler=functools.partial(compiler, "backward"),
+        inference_compiler=functools.partial(compiler, "inference"),
+        decompositions=_decompositions(), keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def _take_output_strides() -> list | None:
+    """Empty the tracing context's record of output strides and return what it held."""
+    context = torch._guards.TracingContext.try_get()
+    if context is None or context.output_strides is None:
+        return None
+    taken = list(context.output_strides)
+    context.output_strides.clear()
+    return taken
+
+
+def _give_output_strides(strides: list | None) -> None:
+    context = torch._guards.TracingContext.try_get()
+    if strides is not None and context is not None and context.output_strides is not None:
+        context.output_strides.extend(strides)
+
+
+def _decompositions() -> dict:
+    """The core ATen decompositions plus Inductor's own (what Inductor expects to compile)."""
+    from torch._inductor import config
+    from torch._inductor.decomposition import select_decomp_table
+
+    with config.patch(INDUCTOR_CONFIG):
+        return select_decomp_table()
+
+
+def _kind(kwargs) -> str:
+    if kwargs.get("is_backward"):
+        return "backward"
+    return "inference" if kwargs.get("is_inference") else "forward"
+
+
+def _unsupported(example_inputs) -> str | None:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            if x.device.type == "meta":
+                return "meta tensors have no data to compute on"
+            if x.layout != torch.strided:
+                return f"{x.layout} tensors are not supported"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def ollie(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+    """The registered backend: ``torch.compile(f, backend="ollie", options={...})``."""
+    return OllieBackend(Options.from_dict(options))(gm, example_inputs)
+
+
+def register() -> None:
+    """Make ``backend="ollie"`` known to torch.compile (the package's entry point does the
+    same for an installed Ollie)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if _COMPILER_FNS.get("ollie") is not ollie:
+        _COMPILER_FNS.pop("ollie", None)
+        register_backend(ollie, name="ollie")

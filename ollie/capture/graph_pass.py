@@ -1,0 +1,165 @@
+"""One ATen graph through Ollie: translate, derive each worthwhile region, verify, measure,
+rewrite.
+
+The graph's example inputs are fake (shapes, no data), so Ollie samples real ones of the same
+shapes, dtypes and layouts, runs the original graph once on them to get every value a region
+reads and the value it must reproduce, and judges candidates on those. User code is never run
+for this: only the ATen graph, with the RNG state saved and restored around it.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from ollie import cache, region as region_mod
+from ollie.capture import regions as regions_mod
+from ollie.capture import rewrite
+from ollie.cost.timing import interleaved_times
+
+ADOPTION_MARGIN = region_mod.ADOPTION_MARGIN
+
+
+@dataclass
+class GraphReport:
+    title: str                                   # "forward graph 1", "backward graph 1", …
+    regions: list = field(default_factory=list)  # RegionReport of every derived region
+    left: list = field(default_factory=list)     # (operator, where in the user's code, why)
+    note: str | None = None                      # why nothing in the graph was rewritten
+    timing: tuple[float, float] | None = None    # compiled original vs rewritten, seconds
+    timing_cached: bool = False                  # the comparison came from the disk cache
+    adopted: bool = False                        # the rewritten graph is what runs
+
+    @property
+    def adopted_regions(self) -> list:
+        return [r for r in self.regions if r.kernel is not None]
+
+
+def sample_like(example_inputs) -> list:
+    """Real inputs shaped like the (fake) example inputs: normal floats, small integers."""
+    out = []
+    for x in example_inputs:
+        if not isinstance(x, torch.Tensor):
+            out.append(x)
+            continue
+        t = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype,
+                                device=x.device)
+        if x.dtype.is_floating_point or x.dtype.is_complex:
+            t.normal_()
+        elif x.dtype == torch.bool:
+            t.copy_(torch.rand(x.shape, device=x.device) < 0.5)
+        else:
+            t.zero_()  # indices: 0 is valid wherever an index is
+        out.append(t)
+    return out
+
+
+class _Recorder(fx.Interpreter):
+    def __init__(self, gm, wanted: set):
+        super().__init__(gm)
+        self.wanted, self.values = wanted, {}
+
+    def run_node(self, n):
+        value = super().run_node(n)
+        if n in self.wanted:
+            self.values[n] = value
+        return value
+
+
+def sample_values(gm: fx.GraphModule, inputs: list, wanted: set) -> dict:
+    """The values of ``wanted`` nodes when ``gm`` runs on ``inputs`` (RNG state restored)."""
+    recorder = _Recorder(gm, wanted)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        recorder.run(*inputs)
+    return recorder.values
+
+
+def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
+                  decompositions: dict, show) -> tuple[fx.GraphModule | None, GraphReport]:
+    """The rewritten copy of ``gm`` (None when no region was adopted) and the report."""
+    report = GraphReport(title)
+    if any(isinstance(x, (torch.SymInt, torch.SymFloat)) for x in example_inputs) or any(
+            isinstance(d, torch.SymInt) for x in example_inputs if isinstance(x, torch.Tensor)
+            for d in x.shape):
+        report.note = "dynamic shapes: Ollie derives for static shapes (use dynamic=False)"
+        return None, report
+    translation = regions_mod.translate(gm)
+    on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+    chosen = []
+    for region in translation.regions:
+        why_not = regions_mod.worth_deriving(region, on_gpu)
+        if why_not:
+            for m in region.members:
+                translation.left[m] = f"translated, not derived: {why_not}"
+        else:
+            chosen.append(region)
+    report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
+                   for n, why in translation.left.items()]
+    if not chosen:
+        report.note = "no region worth deriving"
+        return None, report
+    inputs = sample_like(example_inputs)
+    wanted = {n for r in chosen for n in [r.root, *r.inputs.values()]}
+    try:
+        values = sample_values(gm, inputs, wanted)
+    except Exception as e:  # the graph does not run on sampled data (data-dependent checks)
+        report.note = f"could not run the graph on sample inputs: {_first_line(e)}"
+        return None, report
+    for region in chosen:
+        report.regions.append(region_mod.compile_region(region, values, options, show=show))
+    adopted = [(r, rr) for r, rr in zip(chosen, report.regions) if rr.kernel is not None]
+    if not adopted:
+        return None, report
+    new, mapping = rewrite.copy_graph(gm)
+    for region, rr in adopted:
+        kernel = rr.kernel
+        operands = [values[region.inputs[name]] for name in kernel.input_names]
+        traced = rewrite.trace_kernel(kernel, operands, region.root.meta["val"], decompositions)
+        rewrite.splice(new, mapping[region.root],
+                       [mapping[region.inputs[name]] for name in kernel.input_names], traced)
+    rewrite.finish(new, example_inputs)
+    return new, report
+
+
+def compare(original, rewritten, example_inputs, report: GraphReport, options,
+            key: str | None) -> bool:
+    """Whether the compiled ``rewritten`` graph beats the compiled ``original`` (boxed
+    callables) by the adoption margin; measured on sample inputs, or taken from the cache."""
+    store = cache.Cache(options.cache_dir) if options.cache and key else None
+    entry = store.get(key) if store else None
+    if entry and entry.get("eager_s") and entry.get("ollie_s"):
+        report.timing, report.timing_cached = (entry["eager_s"], entry["ollie_s"]), True
+        return entry.get("decision") == region_mod.ADOPTED
+    inputs = sample_like(example_inputs)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        (a, a_best), (b, b_best) = interleaved_times(
+            [lambda: original(list(inputs)), lambda: rewritten(list(inputs))],
+            budget_s=options.measure_cap_s)
+    report.timing = (a, b)
+    faster = b_best < a_best * ADOPTION_MARGIN
+    if store:
+        store.put(key, {"program": None, "rule_chain": [], "cost_before": 0.0,
+                        "cost_after": 0.0, "eager_s": a, "ollie_s": b, "error": None,
+                        "decision": region_mod.ADOPTED if faster else region_mod.NOT_FASTER,
+                        "backend": "inductor"})
+    return faster
+
+
+def comparison_key(gm: fx.GraphModule, example_inputs, report: GraphReport) -> str:
+    """What a whole-graph comparison depends on: the graph, its inputs' layouts, and the
+    programs put in (the cache adds the versions of Ollie, torch and the compilers)."""
+    h = hashlib.sha256(gm.code.encode())
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            h.update(repr((tuple(x.shape), tuple(x.stride()), str(x.dtype),
+                           x.device.type)).encode())
+    for r in report.adopted_regions:
+        h.update(r.cache_entry()["program"].encode())
+    return "graph-" + h.hexdigest()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,196 @@
+"""Regions: neighbouring ATen nodes with a row in the table composed into one ``ir`` expression.
+
+Each translated node's operands are the expressions of its producers, so a chain of
+operators becomes ONE nested expression and derivation rules work across operator
+boundaries. A node's value is *materialised* (it becomes a region's root, the output of a
+rewritten program) when something outside the translated world needs it: an untranslated
+node, the graph's output, or more than one user. Everything untranslated stays in the graph
+for Inductor, its reason recorded for ``explain``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+import ir
+from ollie.capture import aten
+
+
+class Unsupported(Exception):
+    """A node that stays in the graph; the message says why."""
+
+
+@dataclass
+class Region:
+    """A materialised expression: ``root``'s value computed by ``expr`` from ``inputs``."""
+
+    root: fx.Node
+    expr: ir.Scope
+    inputs: dict[str, fx.Node]            # ir tensor name -> the fx node that provides it
+    members: list[fx.Node]                # fx nodes folded into ``expr`` (root included)
+
+    @property
+    def compute_ops(self) -> list[fx.Node]:
+        return [m for m in self.members if not aten.is_view(m.target)]
+
+
+@dataclass
+class Translation:
+    regions: list[Region]
+    left: dict[fx.Node, str] = field(default_factory=dict)   # node -> why it stays as it is
+
+
+def value_meta(node: fx.Node):
+    """(shape, dtype) of a node's single-tensor value, or None."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    return tuple(int(d) for d in val.shape), val.dtype
+
+
+def translate(gm: fx.GraphModule) -> Translation:
+    """Compose the translatable nodes of ``gm`` (static shapes, ``meta["val"]`` set) into regions."""
+    forced: set[fx.Node] = set()
+    while True:  # a node whose consumer turned out untranslatable must be materialised: retry
+        result, newly_forced = _translate_once(gm, forced)
+        if not newly_forced:
+            return result
+        forced |= newly_forced
+
+
+def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
+    exprs: dict[fx.Node, ir.Scope] = {}
+    members: dict[fx.Node, list[fx.Node]] = {}
+    region_inputs: dict[fx.Node, dict[str, fx.Node]] = {}
+    left: dict[fx.Node, str] = {}
+    newly_forced: set[fx.Node] = set()
+
+    def materialised(n: fx.Node) -> bool:
+        users = list(n.users)
+        return (n in forced or len(users) != 1 or users[0].op == "output"
+                or aten.row(users[0].target) is None)
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        build = aten.row(node.target)
+        if build is None:
+            left[node] = f"no row for {describe(node)} in the ATen table"
+            continue
+        ins: dict[str, fx.Node] = {}
+        folded: list[fx.Node] = []
+
+        def operand(a):
+            if isinstance(a, fx.Node):
+                if a in exprs and not materialised(a):
+                    folded.extend(members[a])
+                    ins.update(region_inputs[a])
+                    return exprs[a]
+                meta = value_meta(a)
+                if meta is None:
+                    raise Unsupported(f"operand {a.name} is not a tensor")
+                shape, dtype = meta
+                if dtype not in aten.FLOATING:
+                    raise Unsupported(f"operand {a.name} has dtype {dtype}")
+                ins[a.name] = a
+                return ir.Tensor(a.name, shape, aten.FLOATING[dtype])
+            if isinstance(a, (list, tuple)):
+                return type(a)(operand(x) for x in a)
+            if isinstance(a, (torch.SymInt, torch.SymFloat)):
+                raise Unsupported("dynamic shapes")
+            return a
+
+        try:
+            meta = value_meta(node)
+            if meta is None or meta[1] not in aten.FLOATING:
+                raise Unsupported("its result is not a floating-point tensor")
+            args = [operand(a) for a in node.args]
+            kwargs = {k: operand(v) for k, v in node.kwargs.items()}
+            if node.target.overloadpacket is torch.ops.aten.as_strided:
+                args, kwargs = _offset_from_first_element(node, args, kwargs)
+            expr = build(*args, **kwargs)
+            if tuple(expr.shape) != meta[0]:
+                raise Unsupported(f"shape {tuple(expr.shape)} differs from ATen's {meta[0]}")
+        except Exception as e:  # an argument the row refuses: the node stays in the graph
+            text = str(e).strip()
+            left[node] = f"{describe(node)}: {text.splitlines()[0] if text else type(e).__name__}"
+            for a in node.all_input_nodes:  # its producers must now be materialised
+                if a in exprs and not materialised(a):
+                    newly_forced.add(a)
+            continue
+        exprs[node] = expr
+        members[node] = folded + [node]
+        region_inputs[node] = ins
+
+    regions = [Region(n, exprs[n], region_inputs[n], members[n])
+               for n in exprs if materialised(n)]
+    return Translation(regions, left), newly_forced
+
+
+def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
+    """Why ``region`` is NOT worth deriving, or None when it is.
+
+    Derivations pay off across operators (a chain, a product and its consumer) and on reads
+    through index-rewriting views (windows, strides, padding). A lone library operator over
+    plain operands is already what the library does best on a CPU (measured: conv, conv
+    transpose and dilated conv keep the library call there), so it is left to Inductor; on a GPU
+    EinNet's single-operator rewrites (conv → GEMM + eOperator) are still tried.
+    """
+    compute = region.compute_ops
+    if not compute:
+        return "only moves data"
+    if len(compute) >= 2 or on_gpu:
+        return None
+    plain = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshape,
+             torch.ops.aten.permute, torch.ops.aten.t, torch.ops.aten.transpose,
+             torch.ops.aten.clone, torch.ops.aten.alias, torch.ops.aten.unsqueeze,
+             torch.ops.aten.squeeze, torch.ops.aten._to_copy}
+    if all(m.target.overloadpacket in plain for m in region.members if m not in compute):
+        return f"a single {describe(compute[0])} over plain operands"
+    return None
+
+
+def _offset_from_first_element(node: fx.Node, args: list, kwargs: dict):
+    """ATen's as_strided indexes the *storage*; ``ir.ops.as_strided`` the operand's row-major
+    elements. They agree for a contiguous operand once the offset counts from its first
+    element (the layout is fixed by the graph's example values)."""
+    source = node.args[0] if node.args else node.kwargs.get("self")
+    val = source.meta.get("val") if isinstance(source, fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported("as_strided of a value whose layout is unknown")
+    if not val.is_contiguous():
+        raise Unsupported("as_strided of a non-contiguous tensor")
+    params = dict(zip(("self", "size", "stride", "storage_offset"), args), **kwargs)
+    absolute = params.get("storage_offset")
+    offset = 0 if absolute is None else int(absolute) - int(val.storage_offset())
+    return [params["self"], params["size"], params["stride"], offset], {}
+
+
+def describe(node: fx.Node) -> str:
+    """``aten.mm`` for an ATen node; the target's name otherwise."""
+    packet = getattr(node.target, "overloadpacket", None)
+    if packet is not None:
+        return str(packet)
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def source_line(node: fx.Node) -> str | None:
+    """Where the user's code made ``node``: the module type and the last frame of its stack
+    trace (``nn.Linear at model.py:12``), when Dynamo recorded them."""
+    where = []
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        _, module_type = list(stack.values())[-1]
+        name = getattr(module_type, "__name__", None) or str(module_type).rsplit(".", 1)[-1]
+        where.append(name.strip("'>"))
+    trace = node.meta.get("stack_trace")
+    if trace:
+        lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip().startswith("File")]
+        if lines:
+            file_part = lines[-1].split(",")
+            path = file_part[0].replace("File", "").strip().strip('"').rsplit("/", 1)[-1]
+            line = file_part[1].replace("line", "").strip() if len(file_part) > 1 else "?"
+            where.append(f"{path}:{line}")
+    return " at ".join(where) if where else None

@@ -1,0 +1,99 @@
+"""Writing chosen programs back into an ATen graph.
+
+A chosen program is lowered by ``codegen`` to a torch kernel, and that kernel is traced with
+``make_fx`` (under the same decompositions the graph was made with) into ATen nodes, which
+are spliced in where the region's root was. The region's other nodes then have no users and
+are removed. The result is an ordinary ATen graph: Inductor compiles it, fusing what Ollie
+left, with nothing of Ollie's running between kernels.
+
+The new root value keeps the layout (strides) of the value it replaces, so views downstream
+that relied on it still apply.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+
+def copy_graph(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict[fx.Node, fx.Node]]:
+    """A copy of ``gm`` sharing its attributes, and the map from old nodes to new ones."""
+    graph = fx.Graph()
+    mapping: dict[fx.Node, fx.Node] = {}
+    out = graph.graph_copy(gm.graph, mapping)
+    graph.output(out).meta = dict(gm.graph.output_node().meta)
+    new = fx.GraphModule(gm, graph)
+    new.meta = dict(gm.meta)
+    return new, mapping
+
+
+def with_layout(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``out`` with ``like``'s strides when ``like`` is dense (a permutation of a contiguous
+    layout), else contiguous: a layout every view of the original also accepts."""
+    if same_layout(out, like):
+        return out
+    order = sorted(range(like.dim()), key=lambda d: -like.stride(d))  # outermost first
+    inverse = [order.index(d) for d in range(like.dim())]
+    dense = out.permute(order).contiguous().permute(inverse)
+    return dense if same_layout(dense, like) else out.contiguous()
+
+
+def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal strides wherever they matter (dims of size 1 have no meaningful stride)."""
+    return a.shape == b.shape and all(
+        sa == sb for sa, sb, n in zip(a.stride(), b.stride(), b.shape) if n > 1)
+
+
+def trace_kernel(kernel, inputs: list[torch.Tensor], like: torch.Tensor,
+                 decompositions: dict) -> fx.GraphModule:
+    """The ATen graph of ``kernel`` (its inputs in ``kernel.input_names`` order)."""
+    def program(*xs):
+        return with_layout(kernel(*xs), like)
+    with torch.no_grad():
+        return make_fx(program, decomposition_table=decompositions)(*inputs)
+
+
+def splice(gm: fx.GraphModule, root: fx.Node, inputs: list[fx.Node],
+           traced: fx.GraphModule) -> None:
+    """Put ``traced``'s nodes before ``root`` (placeholders bound to ``inputs``) and let its
+    result take ``root``'s place; constants it holds become attributes of ``gm``."""
+    mapping: dict[fx.Node, fx.Node] = {}
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) == len(inputs), (placeholders, inputs)
+    mapping.update(zip(placeholders, inputs))
+    with gm.graph.inserting_before(root):
+        for node in traced.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                result = fx.node.map_arg(node.args[0], mapping.__getitem__)
+                break
+            if node.op == "get_attr":
+                name = _fresh_attr(gm, "_ollie_constant")
+                setattr(gm, name, getattr(traced, node.target))
+                mapping[node] = gm.graph.get_attr(name)
+                mapping[node].meta = dict(node.meta)
+                continue
+            mapping[node] = gm.graph.node_copy(node, mapping.__getitem__)
+    root.replace_all_uses_with(result)
+
+
+def finish(gm: fx.GraphModule, example_inputs) -> None:
+    """Drop the replaced nodes, regenerate code and refresh every node's ``meta["val"]``."""
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    from torch._guards import detect_fake_mode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode = detect_fake_mode(example_inputs)
+    if mode is not None:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*example_inputs)
+    else:
+        FakeTensorProp(gm).propagate(*example_inputs)
+
+
+def _fresh_attr(gm: fx.GraphModule, prefix: str) -> str:
+    i = 0
+    while hasattr(gm, f"{prefix}{i}"):
+        i += 1
+    return f"{prefix}{i}"
