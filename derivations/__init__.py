@@ -16,4 +16,4 @@ from derivations.encode import Encoding, EncodeError, decode, encode  # noqa: F4
 from derivations.extract import Candidate, Derivation, derive  # noqa: F401
 from derivations.index_rules import IndexRule  # noqa: F401
 from derivations.rules import Rules, default_rulesets  # noqa: F401
-from derivations.schedule import Budget, Report  # noqa: F401
+from derivations.schedule import Budget, InputTooDeep, Report  # noqa: F401

@@ -40,7 +40,9 @@ from derivations.index_rules import IndexRule
 from derivations.lang import Iterator, Root
 from derivations.rules import Rules, default_rulesets
 from derivations.rules.index import default_index_rules
-from derivations.schedule import Budget, Report, run_rulesets
+from derivations.schedule import (
+    Budget, Report, admit, expression_depth, recursion_room, run_rulesets,
+)
 from derivations.term import SCOPE_OPS, Term, to_egglog
 from derivations.view import ENode, Ref, View, load
 
@@ -80,6 +82,10 @@ class Derivation:
 
     def candidates(self, k: int, cost: Callable[[Scope], float]) -> list[Candidate]:
         """The ``k`` cheapest distinct verified programs, plus the original if not among them."""
+        with recursion_room(expression_depth(self.expr)):
+            return self._candidates(k, cost)
+
+    def _candidates(self, k: int, cost: Callable[[Scope], float]) -> list[Candidate]:
         view, enc = self.view, self.encoding
         beam = _Beam(view, enc, cost, width=k + 2)
         picks = beam.run(root_width=2 * k + 4)
@@ -132,7 +138,13 @@ def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] |
     layout rules); when ``rulesets`` is given and ``index_rules`` is not, no index rules run
     (a run of chosen egglog rulesets stays just that). ``guide=None`` explores unsteered.
     ``on_iteration(report, seconds)`` is called after every iteration (progress display).
+    An input nested deeper than ``schedule.MAX_DEPTH`` raises ``InputTooDeep`` at once.
     """
+    with recursion_room(admit(expr)):
+        return _derive(expr, budget, rulesets, index_rules, guide, on_iteration)
+
+
+def _derive(expr, budget, rulesets, index_rules, guide, on_iteration) -> Derivation:
     term, enc = encode(expr)
     egraph = EGraph()
     # Only plain relations before the term, and nothing after it: egglog-python hoists shared

@@ -19,6 +19,7 @@ size: a few ms per pass for the must-show cases (measured in the report's ``pass
 """
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from collections import Counter
@@ -29,10 +30,10 @@ from egglog import EGraph, MultiSet, Set, String, Vec, eq, f64, rule, ruleset, u
 
 from ir.nodes import Scope
 from derivations.encode import Encoding
-from derivations.index_rules import IndexRule
+from derivations.index_rules import DEADLINE, IndexRule, OutOfTime
 from derivations.lang import OPS, EBody, EScope, ESource, Iterator, Root, fv, inner_fv, made_by
 from derivations.term import SCOPE_OPS, Term
-from derivations.view import View, load, node_term
+from derivations.view import ENode, View, load, node_term
 
 __all__ = ["IndexPass", "declare", "egg_names", "sexp"]
 
@@ -115,28 +116,39 @@ def _mset(items, names, memo) -> str:
 
 
 def representatives(view: View) -> dict[str, Term]:
-    """Per e-class, a smallest term (fewest nodes), found by a fixpoint from the leaves."""
+    """Per e-class, a smallest term (fewest nodes). Classes are settled cheapest first (a
+    node is bigger than each of its children, so Knuth's generalisation of Dijkstra
+    applies): each node is looked at once per child, where a fixpoint over all classes took
+    as many rounds as the e-graph is deep."""
+    parents: dict[str, list[ENode]] = {}
+    waiting: dict[ENode, int] = {}
+    heap: list[tuple[int, int, str, ENode]] = []
+    for cls, nodes in view.classes.items():
+        for node in nodes:
+            kids = set(node.kids())
+            waiting[node] = len(kids)
+            for k in kids:
+                parents.setdefault(k, []).append(node)
+            if not kids:
+                heap.append((1, len(heap), cls, node))
+    heapq.heapify(heap)
+    tick = len(heap)
     size: dict[str, int] = {}
-    choice: dict[str, object] = {}
-    changed = True
-    while changed:
-        changed = False
-        for cls, nodes in view.classes.items():
-            for node in nodes:
-                kids = node.kids()
-                if all(k in size for k in kids):
-                    n = 1 + sum(size[k] for k in kids)
-                    if n < size.get(cls, 1 << 60):
-                        size[cls], choice[cls], changed = n, node, True
+    choice: dict[str, ENode] = {}
+    while heap:
+        n, _, cls, node = heapq.heappop(heap)
+        if cls in size:
+            continue
+        size[cls], choice[cls] = n, node
+        for parent in parents.get(cls, ()):
+            waiting[parent] -= 1
+            if waiting[parent] == 0:
+                heapq.heappush(heap, (1 + sum(size[k] for k in parent.kids()), tick,
+                                      parent.cls, parent))
+                tick += 1
     terms: dict[str, Term] = {}
-
-    def build(cls: str) -> Term:
-        if cls not in terms:
-            terms[cls] = node_term(choice[cls], build)
-        return terms[cls]
-
-    for cls in choice:
-        build(cls)
+    for cls in sorted(choice, key=size.__getitem__):  # children first: they are smaller
+        terms[cls] = node_term(choice[cls], terms.__getitem__)
     return terms
 
 
@@ -147,6 +159,7 @@ class PassReport:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     complete: bool = True
+    too_deep: int = 0           # results not sent: nested past SEND_DEPTH
 
 
 class IndexPass:
@@ -157,6 +170,23 @@ class IndexPass:
         self.seen: set[Term] = set()
         self.sent: set[tuple[Term, Term]] = set()
         self.names: dict[str, str] | None = None
+        self.depths: dict[Term, int] = {}
+
+    def _depth(self, t: Term) -> int:
+        """Nesting depth of term ``t``, without recursion (memoised across passes)."""
+        stack = [t]
+        while stack:
+            x = stack[-1]
+            if x in self.depths:
+                stack.pop()
+                continue
+            todo = [k for k in x.kids() if k not in self.depths]
+            if todo:
+                stack.extend(todo)
+            else:
+                self.depths[x] = 1 + max((self.depths[k] for k in x.kids()), default=0)
+                stack.pop()
+        return self.depths[t]
 
     def snapshot(self):
         return set(self.seen), set(self.sent)
@@ -165,8 +195,11 @@ class IndexPass:
         self.seen, self.sent = set(snap[0]), set(snap[1])
 
     def run(self, egraph: EGraph, deadline: float | None = None) -> PassReport:
-        """One pass; scope nodes left when ``deadline`` (``time.perf_counter()``) passes are
-        left for the next pass (``PassReport.complete`` is then False)."""
+        """One pass, within ``deadline`` (``time.perf_counter()``): scope nodes not reached
+        in time, and the unions of nodes whose rules ran but could not be sent to egglog in
+        time (they go in batches, the deadline checked between them), are left for the next
+        pass (``PassReport.complete`` is then False). Rules see the deadline too
+        (``index_rules.time_left``)."""
         start = time.perf_counter()
         report = PassReport()
         if self.names is None:
@@ -174,44 +207,87 @@ class IndexPass:
             self.names = egg_names(egraph)
         view = load(egraph, "Root")
         reps = representatives(view)
-        commands: list[str] = []
+        known = set(reps.values())  # terms the e-graph has (their provenance is recorded)
+        pending: list[tuple[Term, list[tuple[Term, str, str]]]] = []
         memo: dict = {}
         named = len(self.enc.new_names)
-        for cls, nodes in view.classes.items():
-            for node in nodes:
-                if node.op not in SCOPE_OPS or not all(k in reps for k in node.kids()):
-                    continue
-                term = node_term(node, reps.__getitem__)
-                if term in self.seen:
-                    continue
-                if deadline is not None and time.perf_counter() > deadline:
-                    report.complete = False
+        token = DEADLINE.set(deadline)
+        try:
+            for cls, nodes in view.classes.items():
+                if not report.complete:
                     break
-                self.seen.add(term)
-                chain = view.chain(node) or ()
-                for results, by in self._apply(term, report):
-                    for out in results:
-                        if (term, out) in self.sent or out == term:
-                            continue
-                        self.sent.add((term, out))
-                        report.firings[by.name] += 1
-                        commands.append(self._union(term, out, chain + (by.name,), memo))
-        for name in self.enc.new_names[named:]:
-            commands.append(f"({self.names['Iterator']} {_str(name)})")
-        if commands:
-            raw = egraph._state.egraph  # the egglog bindings: text in, no Python lets
-            try:  # one command per parse: the parser is quadratic in the length of its input
-                raw.run_program(*(c for text in commands for line in text.split("\n")
-                                  for c in raw.parse_program(line)))
-            except Exception as e:  # each union is an equality: what ran is still sound
-                report.errors.append(f"egglog rejected a union: {type(e).__name__}: {e}")
+                for node in nodes:
+                    if node.op not in SCOPE_OPS or not all(k in reps for k in node.kids()):
+                        continue
+                    term = node_term(node, reps.__getitem__)
+                    if term in self.seen:
+                        continue
+                    if _past(deadline):
+                        report.complete = False
+                        break
+                    self.seen.add(term)
+                    chain = view.chain(node) or ()
+                    unions = []
+                    for results, by in self._apply(term, report, deadline):
+                        for out in results:
+                            if (term, out) in self.sent or out == term:
+                                continue
+                            self.sent.add((term, out))
+                            if max(self._depth(term), self._depth(out)) > SEND_DEPTH:
+                                report.too_deep += 1
+                                continue
+                            unions.append((out, by.name, self._union(
+                                term, out, chain + (by.name,), memo, known)))
+                    if unions:
+                        pending.append((term, unions))
+        finally:
+            DEADLINE.reset(token)
+        iterators = [f"({self.names['Iterator']} {_str(name)})"
+                     for name in self.enc.new_names[named:]]
+        self._send(egraph, iterators, pending, deadline, report)
         report.unions = sum(report.firings.values())
         report.seconds = time.perf_counter() - start
         return report
 
-    def _apply(self, term: Term, report: PassReport) -> Iterable[tuple[list[Term], IndexRule]]:
+    def _send(self, egraph: EGraph, iterators: list[str], pending, deadline, report) -> None:
+        """Tell egglog the new iterators, then the unions node by node, in batches, while
+        time remains; what is not sent is forgotten here, so the next pass redoes it."""
+        raw = egraph._state.egraph  # the egglog bindings: text in, no Python lets
+
+        def run(texts: list[str]) -> None:
+            try:  # one command per parse: the parser is quadratic in the length of its input
+                raw.run_program(*(c for text in texts for line in text.split("\n")
+                                  for c in raw.parse_program(line)))
+            except Exception as e:  # each union is an equality: what ran is still sound
+                report.errors.append(f"egglog rejected a union: {type(e).__name__}: {e}")
+
+        if iterators:
+            run(iterators)
+        batch: list[str] = []
+        for i, (term, unions) in enumerate(pending):
+            if batch and (len(batch) >= SEND_BATCH or _past(deadline)):
+                run(batch)
+                batch = []
+            if _past(deadline):
+                for later, outs in pending[i:]:  # not sent: undone, the next pass retries
+                    self.seen.discard(later)
+                    self.sent.difference_update((later, out) for out, _, _ in outs)
+                report.complete = False
+                break
+            for out, by, text in unions:
+                report.firings[by] += 1
+                batch.append(text)
+        if batch:
+            run(batch)
+
+    def _apply(self, term: Term, report: PassReport, deadline: float | None = None
+               ) -> Iterable[tuple[list[Term], IndexRule]]:
         scope = self.enc.decode(term)
         for by in self.rules:
+            if _past(deadline):  # the remaining rules wait for the next pass
+                self.seen.discard(term)
+                report.complete = False
+                return
             try:
                 outs = [s for s in by.apply(scope) if s is not scope]
                 if self.guide is not None and outs:
@@ -224,17 +300,22 @@ class IndexPass:
                                              f"{s.traversal}")
                     checked.append(self.enc.encode_derived(s))
                 yield checked, by
+            except OutOfTime:  # the rule stopped at the deadline: this scope waits a pass
+                self.seen.discard(term)
+                report.complete = False
+                return
             except Exception as e:  # a broken rule must not break a user's derivation
                 report.errors.append(f"{by.name} on {scope.name or '?'}: "
                                      f"{type(e).__name__}: {e}")
 
-    def _union(self, term: Term, out: Term, chain: tuple[str, ...], memo: dict) -> str:
+    def _union(self, term: Term, out: Term, chain: tuple[str, ...], memo: dict,
+               known: "set[Term] | frozenset" = frozenset()) -> str:
         lines = [f"(union {sexp(term, self.names, memo)} {sexp(out, self.names, memo)})"]
         text = _str(" ".join(chain))
         stack, seen = [out], set()
-        while stack:  # provenance of every sum node of the result (made_by keeps the first)
-            t = stack.pop()
-            if t in seen:
+        while stack:  # provenance of every new sum node of the result (made_by keeps the
+            t = stack.pop()  # first; the e-graph's own terms have theirs already)
+            if t in seen or t in known:
                 continue
             seen.add(t)
             if t.op == "sum":
@@ -242,3 +323,14 @@ class IndexPass:
                 lines.append(f"(set ({self.names['made_by']} {key}) {text})")
             stack.extend(t.kids())
         return "\n".join(lines)
+
+
+SEND_BATCH = 64  # union commands per egglog call; the deadline is checked between calls
+# A union is egglog text spelling out both terms in full; egglog's time and memory for one
+# grow with the square of its nesting (a 70-scope chain's unions took 1.3 GB). Every result
+# of the test suite's derivations nests under 20; results deeper than this are not sent.
+SEND_DEPTH = 64
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline

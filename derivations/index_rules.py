@@ -31,8 +31,10 @@ which reads make a body zero when out of bounds, substitution of iterators in a 
 """
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import math
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -48,8 +50,10 @@ from ir.nodes import (  # noqa: F401 - product helpers re-exported for the rule 
 
 __all__ = [
     "IndexRule", "fresh_name", "renamed", "index_bounds", "product_factors", "build_product",
-    "zero_guards", "zero_at", "live_range", "map_indices", "substitute", "rename_iters",
-    "scope_like", "hint_of", "ENUMERATE_LIMIT", "SEP",
+    "zero_guards", "zero_at", "zero_everywhere", "alive_interval", "live_range", "map_indices",
+    "substitute", "rename_iters",
+    "scope_like", "hint_of", "ENUMERATE_LIMIT", "SEP", "DEADLINE", "time_left", "check_time",
+    "OutOfTime",
 ]
 
 
@@ -63,6 +67,28 @@ class IndexRule:
 
     def __repr__(self) -> str:
         return f"IndexRule({self.name!r}: {self.reason})"
+
+
+# -- the time budget --------------------------------------------------------------------------
+# The pass sets the deadline (``time.perf_counter()`` seconds, None: none) while rules run, so a
+# rule that loops over many candidates can stop in time: the budget holds inside an iteration.
+DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
+
+
+class OutOfTime(Exception):
+    """Raised by ``check_time`` past the deadline; the pass retries the scope next time."""
+
+
+def time_left() -> float:
+    """Seconds until the derivation's deadline (``inf`` when there is none)."""
+    deadline = DEADLINE.get()
+    return math.inf if deadline is None else deadline - time.perf_counter()
+
+
+def check_time() -> None:
+    """``OutOfTime`` if the deadline has passed: call it inside long loops of a rule."""
+    if time_left() < 0:
+        raise OutOfTime("the derivation's time budget ran out inside a rule")
 
 
 # -- names ----------------------------------------------------------------------------------
@@ -165,7 +191,12 @@ def zero_at(body: Expr, name: str, lo: int, hi: int,
     """For each value ``lo..hi-1`` of iterator ``name``: is ``body`` zero whatever the other
     iterators (in ``ranges``) are? True where some zero-guard read is out of bounds for all of
     them: a dim indexed by ``name`` alone, or by ``a*name + rest`` with ``rest`` not reading it.
-    (Sound, not complete: False means "maybe nonzero".)"""
+    (Sound, not complete: False means "maybe nonzero".) One entry per value: only for ranges
+    of at most ``ENUMERATE_LIMIT`` values; ``zero_everywhere`` and ``live_range`` answer for
+    any range without allocating per value."""
+    if hi - lo > ENUMERATE_LIMIT:
+        raise ValueError(f"zero_at: {hi - lo} values of {name!r} is more than "
+                         f"{ENUMERATE_LIMIT}; use zero_everywhere or live_range")
     values = np.arange(lo, hi, dtype=np.int64)
     dead = np.zeros(len(values), dtype=bool)
     sym = iterator_symbol(name)
@@ -180,20 +211,74 @@ def zero_at(body: Expr, name: str, lo: int, hi: int,
                 v = np.broadcast_to(np.asarray(interp.index(idx).array), values.shape)
                 dead |= (v < dlo) | (v >= dhi)
                 continue
-            coeff = sympy.expand(idx).as_coefficients_dict().get(sym, 0)
-            rest = sympy.expand(idx - coeff * sym)
-            if not coeff or not coeff.is_Integer or sym in rest.free_symbols:
+            split = _split_affine(idx, sym, ranges)
+            if split is None:
                 continue
-            rlo, rhi = index_bounds(rest, ranges)
-            if rhi <= rlo:
-                continue
-            first, last = int(coeff) * values + rlo, int(coeff) * values + rhi - 1
+            coeff, rlo, rhi = split
+            first, last = coeff * values + rlo, coeff * values + rhi
             dead |= (np.maximum(first, last) < dlo) | (np.minimum(first, last) >= dhi)
     return dead
 
 
+def _split_affine(idx: sympy.Expr, sym: sympy.Symbol, ranges) -> tuple[int, int, int] | None:
+    """``(a, rlo, rhi)`` with ``idx = a*sym + rest`` and ``rest`` in ``rlo..rhi`` (closed),
+    ``rest`` not reading ``sym``; None when ``idx`` is not of that form (or rest is empty)."""
+    coeff = sympy.expand(idx).as_coefficients_dict().get(sym, 0)
+    rest = sympy.expand(idx - coeff * sym)
+    if not coeff or not coeff.is_Integer or sym in rest.free_symbols:
+        return None
+    if rest.is_Integer:
+        return int(coeff), int(rest), int(rest)
+    try:
+        rlo, rhi = index_bounds(rest, ranges)
+    except (ValueError, KeyError):
+        return None
+    return (int(coeff), rlo, rhi - 1) if rhi > rlo else None
+
+
+def alive_interval(body: Expr, name: str, lo: int, hi: int,
+                   ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """A half-open range inside ``lo:hi`` outside which ``body`` is zero for every value of
+    iterator ``name`` (whatever the others are), by interval arithmetic alone: each guarding
+    read ``a*name + rest`` of a dim ``dlo:dhi`` keeps ``name`` where ``a*v + rest`` can meet
+    the dim. Sound for any range, without a value-by-value array; reads whose index is not
+    of that form are not used (``zero_at`` enumerates them on small ranges)."""
+    sym = iterator_symbol(name)
+    a, b = lo, hi
+    for acc in zero_guards(body):
+        for idx, (dlo, dhi) in zip(acc.indices, acc.source.bounds()):
+            idx = sympy.sympify(idx)
+            if sym not in idx.free_symbols:
+                continue
+            split = _split_affine(idx, sym, ranges)
+            if split is None:
+                continue
+            c, rlo, rhi = split  # alive iff c*v + rhi >= dlo and c*v + rlo <= dhi - 1
+            if c > 0:
+                vlo, vhi = -((rhi - dlo) // c), (dhi - 1 - rlo) // c + 1
+            else:
+                vlo, vhi = -((dhi - 1 - rlo) // -c), (rhi - dlo) // -c + 1
+            a, b = max(a, vlo), min(b, vhi)
+    return (a, b) if a < b else (lo, lo)
+
+
+def zero_everywhere(body: Expr, name: str, lo: int, hi: int,
+                    ranges: dict[str, tuple[int, int]]) -> bool:
+    """Is ``body`` zero for every value ``lo..hi-1`` of ``name`` (sound: False is "maybe
+    not")? Exact per value on small ranges, by intervals on large ones."""
+    if hi <= lo:
+        return True
+    if hi - lo <= ENUMERATE_LIMIT:
+        return bool(zero_at(body, name, lo, hi, ranges).all())
+    a, b = alive_interval(body, name, lo, hi, ranges)
+    return b <= a
+
+
 def live_range(body: Expr, it: Iter, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
-    """The smallest range inside ``it``'s outside which ``body`` is zero (``zero_at``)."""
+    """The smallest range inside ``it``'s outside which ``body`` is zero (``zero_at`` on
+    small ranges, ``alive_interval`` on large ones: never an array as long as the range)."""
+    if it.extent > ENUMERATE_LIMIT:
+        return alive_interval(body, it.name, it.lo, it.hi, ranges)
     dead = zero_at(body, it.name, it.lo, it.hi, ranges)
     live = np.flatnonzero(~dead)
     if not len(live):

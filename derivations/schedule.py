@@ -18,8 +18,11 @@ so one iteration grows the e-graph by a bounded factor.
 """
 from __future__ import annotations
 
+import math
+import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -30,7 +33,8 @@ from derivations.rules import Rules
 if TYPE_CHECKING:
     from derivations.index_pass import IndexPass
 
-__all__ = ["Budget", "Report", "run_rulesets", "egraph_size"]
+__all__ = ["Budget", "Report", "run_rulesets", "egraph_size", "InputTooDeep", "admit",
+           "expression_depth", "recursion_room", "MAX_DEPTH"]
 
 _NODE_TABLES = ("EScope.", "EBody.", "ESource.")
 
@@ -42,6 +46,15 @@ class Budget:
     nodes: int = 50_000        # e-nodes (constructor rows; facts tables not counted)
     seconds: float = 5.0       # wall time of the rule iterations
     iterations: int = 100
+
+    def __post_init__(self):
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) \
+                or not math.isfinite(self.seconds) or self.seconds <= 0:
+            raise ValueError(f"Budget: seconds must be a finite number > 0, got {self.seconds!r}")
+        for name in ("nodes", "iterations"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Budget: {name} must be an integer >= 1, got {v!r}")
 
 
 @dataclass
@@ -57,6 +70,7 @@ class Report:
     firings: dict[str, int] = field(default_factory=dict)   # rule name -> matches applied
     rulesets: tuple[str, ...] = ()   # egglog rulesets, then index rules
     index_seconds: float = 0.0       # of ``seconds``: spent in index-rule passes
+    too_deep: int = 0                # unions not sent: results nested past ``SEND_DEPTH``
     errors: list[str] = field(default_factory=list)   # index rules that raised (skipped)
 
     def __str__(self) -> str:
@@ -65,6 +79,75 @@ class Report:
         index = f" ({self.index_seconds:.3f}s in index rules)" if self.index_seconds else ""
         return (f"{self.stop} after {self.iterations} iterations in {self.seconds:.3f}s{index}: "
                 f"{self.nodes} e-nodes{classes}, {self.facts} facts; fired: {fired or 'nothing'}")
+
+
+# -- inputs the derivation accepts ---------------------------------------------------------
+MAX_DEPTH = 240  # nested scopes and operations of an input; deeper ones are refused
+_FRAMES_PER_LEVEL = 12  # Python frames one level of nesting may take (encode, egglog-python)
+
+
+class InputTooDeep(ValueError):
+    """An expression nested too deeply to derive within the budgets: one clear message."""
+
+
+def expression_depth(expr) -> int:
+    """The longest chain of nested scopes and body operations under ``expr`` (an ``ir``
+    node), counted without recursion: the input may be deeper than Python's stack."""
+    from ir.nodes import Access, Binary, Scope, Unary
+
+    def kids(e):
+        if isinstance(e, Scope):
+            return (e.body,)
+        if isinstance(e, Access):
+            return (e.source,) if isinstance(e.source, Scope) else ()
+        if isinstance(e, Binary):
+            return (e.lhs, e.rhs)
+        if isinstance(e, Unary):
+            return (e.x,)
+        return ()
+
+    depth: dict[int, int] = {}
+    stack = [(expr, False)]
+    while stack:
+        e, done = stack.pop()
+        if id(e) in depth:
+            continue
+        if done:
+            depth[id(e)] = 1 + max((depth[id(k)] for k in kids(e)), default=0)
+            continue
+        stack.append((e, True))
+        stack.extend((k, False) for k in kids(e) if id(k) not in depth)
+    return depth[id(expr)]
+
+
+def admit(expr, limit: int = MAX_DEPTH) -> int:
+    """The depth of ``expr``, or ``InputTooDeep`` if it is past ``limit``."""
+    depth = expression_depth(expr)
+    if depth > limit:
+        name = getattr(expr, "name", None)
+        raise InputTooDeep(
+            f"{'expression ' + repr(name) if name else 'the expression'} nests {depth} "
+            f"scopes and operations; Ollie derives expressions up to {limit} deep "
+            "(split it into smaller functions or statements)")
+    return depth
+
+
+@contextmanager
+def recursion_room(depth: int):
+    """Python's recursion limit raised, while inside, so that code walking an expression
+    ``depth`` deep recursively (encoding, egglog-python, decoding) has room; restored after."""
+    old = sys.getrecursionlimit()
+    frame, used = sys._getframe(), 0
+    while frame is not None:
+        frame, used = frame.f_back, used + 1
+    need = used + _FRAMES_PER_LEVEL * depth + 500
+    if need > old:
+        sys.setrecursionlimit(need)
+    try:
+        yield
+    finally:
+        if need > old and sys.getrecursionlimit() == need:
+            sys.setrecursionlimit(old)
 
 
 def egraph_size(egraph: EGraph) -> tuple[int, int]:
@@ -132,11 +215,14 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
             updated = result.updated
             for decl, n in result.num_matches_per_rule.items():
                 firings[getattr(decl, "name", None) or "unnamed"] += n
-        if index is not None:
+        if index is not None and time.perf_counter() - start > budget.seconds:
+            updated = True  # no time left for the index rules: stop, not saturated
+        elif index is not None:
             passed = index.run(egraph, deadline=start + budget.seconds)
             updated = updated or passed.unions > 0 or not passed.complete
             firings.update(passed.firings)
             report.index_seconds += passed.seconds
+            report.too_deep += passed.too_deep
             report.errors.extend(passed.errors)
         last_seconds = time.perf_counter() - t0
         nodes, facts = egraph_size(egraph)
@@ -154,5 +240,7 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
             on_iteration(report, time.perf_counter() - start)
         if not updated:
             report.stop = "saturated"
+        elif time.perf_counter() - start > budget.seconds:
+            report.stop = "seconds"
     report.seconds = time.perf_counter() - start
     return report

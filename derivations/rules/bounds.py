@@ -3,7 +3,7 @@
 A read outside a tensor or scope is 0, so a range may change wherever the body is zero:
 
 * tightening a **summation** iterator of a sum: ``sum[r in lo:hi] B = sum[r in lo':hi'] B``
-  when ``B`` is zero for ``r`` outside ``lo':hi'`` (``ir``-level: ``zero_at``);
+  when ``B`` is zero for ``r`` outside ``lo':hi'`` (``ir``-level: ``zero_everywhere``);
 * tightening a **source** scope's traversal, for one reader: ``W'`` = ``W`` on ``lo':hi'``,
   where ``lo':hi'`` keeps the values the reader reads *and* at which ``W``'s body may be
   nonzero; the reader reads ``W'`` at the same indices (values outside read 0, as before);
@@ -22,7 +22,7 @@ import sympy
 
 from ir.nodes import Access, Binary, Reduce, Scope, Unary, walk
 from derivations.index_rules import (
-    index_bounds, live_range, rename_iters, renamed, scope_like, zero_at,
+    index_bounds, live_range, rename_iters, renamed, scope_like, zero_everywhere,
 )
 
 __all__ = ["tighten", "relax"]
@@ -120,7 +120,7 @@ def relax(scope: Scope) -> list[Scope]:
                 continue
             for m in RELAX_MULTIPLES:
                 hi = it.lo + -(-it.extent // m) * m
-                if hi == it.hi or not zero_at(scope.body, it.name, it.hi, hi, ranges).all():
+                if hi == it.hi or not zero_everywhere(scope.body, it.name, it.hi, hi, ranges):
                     continue
                 new = renamed(it, it.lo, hi, _names(scope) - {it.name})
                 out.append(rename_iters(scope, {it.name: new}))
@@ -130,8 +130,8 @@ def relax(scope: Scope) -> list[Scope]:
         for it, (rlo, rhi) in zip(src.traversal, reads):
             lo, hi = min(it.lo, rlo), max(it.hi, rhi) if rhi > rlo else it.hi
             wide = dict(src_ranges, **{it.name: (lo, hi)})
-            ok &= bool(zero_at(src.body, it.name, lo, it.lo, wide).all()) and \
-                bool(zero_at(src.body, it.name, it.hi, hi, wide).all())
+            ok &= zero_everywhere(src.body, it.name, lo, it.lo, wide) and \
+                zero_everywhere(src.body, it.name, it.hi, hi, wide)
             grown.append((lo, hi))
         bigger = _source_range(src, grown) if ok else None
         if bigger is not None:

@@ -8,7 +8,7 @@ generalises the name-based egglog ``inline`` to reads at any index expression.
 The catch is the out-of-bounds rule: ``S[u]`` is 0 for ``u`` outside ``S``'s range, but
 ``G(u, k)`` need not be (the upsample ``x[u//2 + 2*(u%2)]`` reads ``x[1]`` at ``u = -1``).
 Per dim of ``S``: if the reader's index stays inside the range, nothing is needed; else if
-``G`` is already zero at every outside value it takes (``zero_at``: some read of ``G`` is
+``G`` is already zero at every outside value it takes (``zero_everywhere``: some read of ``G`` is
 out of bounds there), nothing is needed; else the guard is made explicit in the index of a
 read that zeroes ``G``: ``A[.., a(u) + K*floor((u - lo)/(hi - lo)), ..]``, where the floor
 is 0 exactly inside the range and ``K`` exceeds the spread of ``a`` and the dim, so any
@@ -20,7 +20,7 @@ import sympy
 
 from ir.nodes import Access, Binary, Reduce, Scope, Unary
 from derivations.index_rules import (
-    build_product, index_bounds, product_factors, renamed, scope_like, substitute, zero_at,
+    build_product, index_bounds, product_factors, renamed, scope_like, substitute, zero_everywhere,
     zero_guards,
 )
 
@@ -88,8 +88,8 @@ def inlined(scope: Scope, read: Access, sums: list) -> object | None:
         lo, hi = wide[it.name]
         if lo >= it.lo and hi <= it.hi:
             continue  # always inside
-        if zero_at(body, it.name, lo, it.lo, wide).all() and \
-                zero_at(body, it.name, it.hi, hi, wide).all():
+        if zero_everywhere(body, it.name, lo, it.lo, wide) and \
+                zero_everywhere(body, it.name, it.hi, hi, wide):
             continue  # the body is already zero outside
         lifts.append((it, sympy.sympify(idx)))
     body = substitute(body, {it.name: sympy.sympify(i) for it, i in zip(src.traversal,
