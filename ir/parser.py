@@ -10,16 +10,17 @@ Tensor Comprehensions does); ``where`` overrides. See docs/language.md.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Mapping
 
 import sympy
 
-from ir.errors import ParseError
+from ir.errors import IRError, ParseError, did_you_mean
 from ir.nodes import (
     Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Tensor, UnOp, Unary, accesses,
-    iterator_symbol,
+    children, iterator_symbol,
 )
 
 REDUCES = {r.value: r for r in Reduce}
@@ -32,6 +33,13 @@ DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat1
           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
           "bool": "bool"}
 DTYPE_SHORT = {full: short for short, full in DTYPES.items()}
+
+# Limits that keep a hostile or mistaken input to one clear error: nesting the parser recurses
+# through (as Python's own parser, 200), the depth of the expression tree (operations and the
+# statements read, all of which later code walks), and sizes that fit int64.
+MAX_NESTING = 200
+MAX_DEPTH = 256
+INT64_MAX = (1 << 63) - 1
 
 _TOKEN = re.compile(r"\s*(?:(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
                     r"|(?P<name>[A-Za-z_]\w*)|(?P<op>//|[-+*/%()\[\],:=]))")
@@ -79,11 +87,22 @@ def infer_ranges(body: Expr) -> dict[str, dict[tuple[int, int], str]]:
 class _Line:
     """Recursive-descent parser for one line of text."""
 
-    def __init__(self, raw: str, lineno: int, names: dict[str, Tensor | Scope]):
+    def __init__(self, raw: str, lineno: int, names: dict[str, Tensor | Scope],
+                 depths: dict[int, int] | None = None):
         self.raw, self.lineno, self.names = raw, lineno, names
         self.toks = _tokenize(raw.split("#", 1)[0], lineno, raw)
         self.pos = 0
         self.iters: dict[str, Token] = {}
+        self.nesting = 0
+        self.depths = depths if depths is not None else {}  # id(statement) -> its depth
+        self.body_start = -1
+
+    def enter(self):
+        """One level deeper into the recursive descent: past ``MAX_NESTING``, one error."""
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise self.error(f"the expression is nested more than {MAX_NESTING} levels deep "
+                             "(parentheses, calls, signs)")
 
     # -- token helpers ---------------------------------------------------------------------
     def peek(self, k: int = 0) -> Token:
@@ -122,6 +141,8 @@ class _Line:
         tok = self.peek()
         if tok.kind != "num" or not tok.text.isdigit():
             raise self.error(f"expected {what}")
+        if int(tok.text) > INT64_MAX:
+            raise self.error(f"{tok.text} does not fit in int64", tok)
         self.next()
         return -int(tok.text) if neg else int(tok.text)
 
@@ -142,8 +163,9 @@ class _Line:
         if self.peek().kind == "name":
             tok = self.next()
             if tok.text not in DTYPES and tok.text not in DTYPE_SHORT:
-                raise self.error(f"unknown dtype {tok.text!r} (expected one of "
-                                 f"{', '.join(DTYPES)})", tok)
+                raise self.error(f"unknown dtype {tok.text!r}"
+                                 f"{did_you_mean(tok.text, list(DTYPES) + list(DTYPE_SHORT))}"
+                                 f" (expected one of {', '.join(DTYPES)})", tok)
             dtype = DTYPES.get(tok.text, tok.text)
         self.expect("[", "'[' and the shape")
         shape = []
@@ -157,6 +179,9 @@ class _Line:
                 self.expect(",", "',' or ']' after a dimension size")
         self.next()
         self.end("end of line after the declaration")
+        if math.prod(shape) > INT64_MAX:
+            raise self.error(f"{name.text!r} would have {math.prod(shape)} elements, more "
+                             "than int64 can count", name)
         return Tensor(name.text, tuple(shape), dtype)
 
     def end(self, what: str):
@@ -174,14 +199,20 @@ class _Line:
             if tok.text in self.iters:
                 raise self.error(f"duplicate iterator {tok.text!r}", tok)
             self.iters[tok.text] = tok
+        self.body_start = self.pos
         body = self.expr()
+        depth = self.depth_of(body)
+        if depth > MAX_DEPTH:
+            raise self.error(f"{name.text!r} is {depth} operations deep, counting the "
+                             f"statements it reads; at most {MAX_DEPTH} are accepted", name)
         where: dict[str, tuple[int, int]] = {}
         if self.at("where"):
             self.next()
             while True:
                 tok = self.name("an iterator name")
                 if tok.text not in self.iters:
-                    raise self.error(f"unknown iterator {tok.text!r} in where", tok)
+                    raise self.error(f"unknown iterator {tok.text!r} in where"
+                                     f"{did_you_mean(tok.text, self.iters)}", tok)
                 if tok.text in where:
                     raise self.error(f"{tok.text!r} has two where clauses", tok)
                 self.expect("in", "'in'")
@@ -195,7 +226,29 @@ class _Line:
         ranges = self.ranges(body, where)
         its = tuple(Iter(t.text, *ranges[t.text]) for t in traversal)
         sums = tuple(Iter(t.text, *ranges[t.text]) for t in summation)
-        return Scope(its, sums, body, reduce, name=name.text)
+        scope = Scope(its, sums, body, reduce, name=name.text)
+        self.depths[id(scope)] = depth + 1
+        return scope
+
+    def depth_of(self, body: Expr) -> int:
+        """Depth of the tree ``body`` (statements it reads count their own depth), computed
+        without recursion: the tree may be deeper than Python's stack."""
+        memo: dict[int, int] = {}
+        stack = [(body, False)]
+        while stack:
+            e, done = stack.pop()
+            if id(e) in memo:
+                continue
+            if isinstance(e, Access):
+                memo[id(e)] = 1 + self.depths.get(id(e.source), 0)
+                continue
+            kids = children(e)
+            if done or not kids:
+                memo[id(e)] = 1 + max((memo[id(k)] for k in kids), default=0)
+                continue
+            stack.append((e, True))
+            stack.extend((k, False) for k in kids)
+        return memo[id(body)]
 
     def ranges(self, body: Expr, where: dict[str, tuple[int, int]]):
         inferred = infer_ranges(body)
@@ -219,10 +272,12 @@ class _Line:
 
     # -- body expressions -----------------------------------------------------------------
     def expr(self) -> Expr:
+        self.enter()
         e = self.term()
         while self.at("+") or self.at("-"):
             op = BinOp.ADD if self.next().text == "+" else BinOp.SUB
             e = Binary(op, e, self.term())
+        self.nesting -= 1
         return e
 
     def term(self) -> Expr:
@@ -238,7 +293,10 @@ class _Line:
             tok = self.peek()  # `-2` is the constant -2, `-(2)` the negation of 2
             if tok.kind == "num" or (tok.text in NUMBER_WORDS and not self._called(1)):
                 return Const(-self.atom().value)
-            return Unary(UnOp.NEG, self.unary())
+            self.enter()
+            e = Unary(UnOp.NEG, self.unary())
+            self.nesting -= 1
+            return e
         return self.atom()
 
     def _called(self, k: int = 1) -> bool:
@@ -261,7 +319,9 @@ class _Line:
                 raise self.error(f"iterator {tok.text!r} can only be used inside [...] indices")
             if tok.text in self.names:
                 raise self.error(f"expected '[' after {tok.text!r}", self.peek(1))
-            raise self.error(f"unknown function, tensor or statement {tok.text!r}")
+            known = UNARY_FUNCS | BINARY_FUNCS if self.at("(", 1) else self.names
+            raise self.error(f"unknown function, tensor or statement {tok.text!r}"
+                             f"{did_you_mean(tok.text, known)}")
         if self.at("("):
             self.next()
             e = self.expr()
@@ -287,8 +347,13 @@ class _Line:
         tok = self.next()
         src = self.names.get(tok.text)
         if src is None:
-            raise self.error(f"unknown tensor or statement {tok.text!r} (declare it like "
-                             f"`{tok.text}: f32[...]` or pass its shape in tensors=)", tok)
+            if self.pos - 1 == self.body_start and did_you_mean(tok.text, REDUCES):
+                raise self.error(f"unknown reduction {tok.text!r}"
+                                 f"{did_you_mean(tok.text, REDUCES)}", tok)
+            hint = did_you_mean(tok.text, self.names)
+            raise self.error(f"unknown tensor or statement {tok.text!r}" + (hint or (
+                f" (declare it like `{tok.text}: f32[...]` or pass its shape in tensors=)")),
+                tok)
         self.next()  # '['
         indices = []
         while not self.at("]"):
@@ -350,30 +415,39 @@ class _Line:
     def iunary(self) -> sympy.Expr:
         if self.at("-"):
             self.next()
-            return -self.iunary()
+            self.enter()
+            e = -self.iunary()
+            self.nesting -= 1
+            return e
         tok = self.peek()
         if tok.kind == "num":
             if not tok.text.isdigit():
                 raise self.error(f"index constants must be integers, not {tok.text}")
+            if int(tok.text) > INT64_MAX:
+                raise self.error(f"{tok.text} does not fit in int64")
             self.next()
             return sympy.Integer(int(tok.text))
         if self.at("("):
             self.next()
+            self.enter()
             e = self.index()
+            self.nesting -= 1
             self.expect(")", "')'")
             return e
         if tok.kind == "name" and not self._called(1):
             if tok.text not in self.iters:
-                raise self.error(f"unknown iterator {tok.text!r}")
+                raise self.error(f"unknown iterator {tok.text!r}"
+                                 f"{did_you_mean(tok.text, self.iters)}")
             self.next()
             return iterator_symbol(tok.text)
         raise self.error("expected an index (an iterator, an integer or '(')")
 
 
 def _as_tensor(name: str, t) -> Tensor:
-    if isinstance(t, Tensor):
-        return t
-    return Tensor(name, tuple(int(n) for n in t))
+    t = t if isinstance(t, Tensor) else Tensor(name, tuple(int(n) for n in t))
+    if any(not 0 <= n <= INT64_MAX for n in t.shape) or math.prod(t.shape) > INT64_MAX:
+        raise IRError(f"the shape of {name!r}, {list(t.shape)}, does not fit in int64")
+    return t
 
 
 def parse_all(text: str, tensors: Mapping[str, object] | None = None) -> dict[str, Scope]:
@@ -382,9 +456,10 @@ def parse_all(text: str, tensors: Mapping[str, object] | None = None) -> dict[st
     names: dict[str, Tensor | Scope] = dict(given)
     declared: set[str] = set()
     statements: dict[str, Scope] = {}
+    depths: dict[int, int] = {}
     last = None
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = _Line(raw, lineno, names)
+        line = _Line(raw, lineno, names, depths)
         if line.peek().kind == "end":
             continue
         name = line.name("a tensor or statement name")
