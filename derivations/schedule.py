@@ -82,7 +82,7 @@ class Report:
 
 
 # -- inputs the derivation accepts ---------------------------------------------------------
-MAX_DEPTH = 240  # nested scopes and operations of an input; deeper ones are refused
+MAX_DEPTH = 256  # nested scopes and operations of an input; deeper ones are refused
 _FRAMES_PER_LEVEL = 12  # Python frames one level of nesting may take (encode, egglog-python)
 
 
@@ -126,9 +126,9 @@ def admit(expr, limit: int = MAX_DEPTH) -> int:
     if depth > limit:
         name = getattr(expr, "name", None)
         raise InputTooDeep(
-            f"{'expression ' + repr(name) if name else 'the expression'} nests {depth} "
-            f"scopes and operations; Ollie derives expressions up to {limit} deep "
-            "(split it into smaller functions or statements)")
+            f"{'expression ' + repr(name) if name else 'the expression'} is {depth} levels "
+            f"deep (nested scopes, reads and operations); Ollie derives expressions up to "
+            f"{limit} levels deep: derive smaller parts")
     return depth
 
 
