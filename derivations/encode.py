@@ -63,6 +63,7 @@ class Encoding:
         self.index: dict[str, sympy.Expr] = {}    # srepr -> index expression
         self.hints: dict[tuple, tuple] = {}       # (out, sums) -> (name, dtype, axis order)
         self.root_order: tuple[str, ...] = ()
+        self._last_order: tuple[str, ...] = ()    # axis order of the scope encoded last
         self.products: dict[Term, tuple] = {}     # encoded sum term -> (factors, product tree)
         self._refs: Counter = Counter()
         self._positional: dict[int, Term] = {}
@@ -84,7 +85,11 @@ class Encoding:
                 if isinstance(a.source, Scope):
                     self._refs[id(a.source)] += 1
         term = self._scope(root, None)
-        self.root_order = self._order(term)
+        # the root's own axis order, name and dtype: a scope it reads by name has the same
+        # iterator sets (traversal merging) and may have registered its hint first
+        self.root_order = self._last_order
+        key = term.args[:2] if term.op == "sum" else term.args[1:3]
+        self.hints[key] = (root.name, root.dtype, self.root_order)
         return term
 
     def encode_derived(self, root: Scope) -> Term:
@@ -150,7 +155,7 @@ class Encoding:
             self.products.setdefault(term, (factors, shape))
         else:
             term = Term("reduce", (s.reduce.value, trav, sums, self._body(s.body, env, s)))
-        order = tuple(env[it.name] for it in s.traversal)
+        order = self._last_order = tuple(env[it.name] for it in s.traversal)
         self.hints.setdefault((trav, sums), (s.name, s.dtype, order))
         memo[key] = term
         return term

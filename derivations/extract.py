@@ -95,7 +95,7 @@ class Derivation:
             term = beam.term(pick)
             if term in seen:
                 continue
-            program = enc.decode(term, enc.root_order)
+            program = _as_root(enc.decode(term, enc.root_order), self.expr)
             ident = _identity(program)
             if ident not in seen:
                 seen[term] = seen[ident] = self._candidate(program, beam.chain(pick), cost, None)
@@ -289,6 +289,15 @@ def _prefix(a, b) -> int:
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
+
+
+def _as_root(program: Scope, original: Scope) -> Scope:
+    """``program`` named and typed as the original root (a derived root's own hint may be
+    another scope's: decoding names derived scopes by their iterator sets)."""
+    if (program.name, program.dtype) == (original.name, original.dtype):
+        return program
+    return Scope(program.traversal, program.summation, program.body, program.reduce,
+                 name=original.name, dtype=original.dtype)
 
 
 # -- checks ------------------------------------------------------------------------------------

@@ -19,12 +19,13 @@ names what each scope of a program instantiates (``classify``), for candidates a
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import sympy
 
 from ir.analysis import iteration_points
-from ir.nodes import Scope, accesses, sub_scopes
+from ir.nodes import Reduce, Scope, accesses, free_iterators, product_factors, sub_scopes
 from ir.patterns import classify
 from derivations.index_rules import IndexRule
 
@@ -105,7 +106,8 @@ class Guide:
             lost = [s for s in before - after if s is not scope and _classify(s) in TARGETS]
             if _classify(scope) in TARGETS and _classify(r) not in TARGETS:
                 lost.append(scope)
-            if not lost or self._enables_cheaper(r, sum(map(iteration_points, lost))):
+            points = sum(map(iteration_points, lost))
+            if not lost or _less_work(r, before, points) or self._enables_cheaper(r, points):
                 kept.append(r)
         return kept
 
@@ -121,6 +123,33 @@ class Guide:
                 if new and 2 * sum(map(iteration_points, new)) <= points:
                     return True
         return False
+
+
+def contraction_points(s: Scope) -> int:
+    """Iteration points of ``s`` once its sums are moved inward as far as they go (what the
+    ``split`` rule reaches): summation iterators eliminated greedily, each costing the
+    extents of the iterators its factors read, as a contraction order is chosen."""
+    if s.reduce is not Reduce.SUM or not s.summation:
+        return iteration_points(s)
+    extent = {it.name: it.extent for it in s.traversal + s.summation}
+    size = lambda names: math.prod(extent.get(n, 1) for n in names)  # noqa: E731
+    factors = [set(free_iterators(f)) for f in product_factors(s.body)]
+    todo, total = {it.name for it in s.summation}, 0
+    while todo:
+        best = min(todo, key=lambda n: (size(set().union(*(f for f in factors if n in f))), n))
+        group = [f for f in factors if best in f]
+        merged = set().union(*group)
+        total += size(merged)
+        factors = [f for f in factors if best not in f] + [merged - {best}]
+        todo.discard(best)
+    return total + size(set().union(*factors))
+
+
+def _less_work(r: Scope, before: set, points: int) -> bool:
+    """Does ``r``'s new work, sums moved inward, take at most half the ``points`` of the
+    library operators it lost? (Reading only a product's diagonal, or an outer product
+    through a matrix-vector product, does a fraction of the operator's work.)"""
+    return 2 * sum(contraction_points(s) for s in sub_scopes(r) if s not in before) <= points
 
 
 def guide(rule: IndexRule, scope: Scope, results: list[Scope]) -> list[Scope]:

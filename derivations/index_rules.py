@@ -179,7 +179,7 @@ def zero_guards(e: Expr) -> list[Access]:
     zero-preserving unary ops); a sum is zero only if both sides are, so it guards nothing."""
     if isinstance(e, Access):
         return [e]
-    if isinstance(e, Binary) and e.op is BinOp.MUL:
+    if isinstance(e, Binary) and e.op in (BinOp.MUL, BinOp.MASK):  # mask(c, x) = 0 if c or x is
         return zero_guards(e.lhs) + zero_guards(e.rhs)
     if isinstance(e, Unary) and e.op in ZERO_PRESERVING:
         return zero_guards(e.x)
