@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 import warnings
 from importlib import metadata
@@ -68,11 +69,8 @@ def current_versions() -> dict[str, str | None]:
         ollie_version = getattr(ollie, "__version__", None)
     except Exception:
         ollie_version = None
-    try:
-        import torch
-        torch_version = torch.__version__
-    except Exception:
-        torch_version = _package_version("torch")
+    torch = sys.modules.get("torch")  # loaded: its own version; else the installed one's,
+    torch_version = getattr(torch, "__version__", None) or _package_version("torch")  # fast
     return {"ollie": ollie_version or _package_version("ollie"), "torch": torch_version,
             "triton": _package_version("triton"), "compiler": compiler_digest()}
 

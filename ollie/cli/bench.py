@@ -14,32 +14,41 @@ import statistics
 import sys
 import time
 import warnings
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+from ollie.cli.args import UsageError, positive_float, positive_int
 
-from ollie.numerics import max_relative_error  # noqa: F401 - the CLI uses it from here too
-from ollie.cli.bench_suite import BY_NAME, CASES, Case
-from ollie.cli.derive import UsageError
+if TYPE_CHECKING:
+    from ollie.cli.bench_suite import Case
 
 MIN_SAMPLE_S = 5e-3  # calls per timing sample are batched until one sample takes this long
 
 
+def max_relative_error(got, expected) -> float:
+    """``ollie.numerics.max_relative_error``, imported when first used (it needs torch)."""
+    from ollie.numerics import max_relative_error as error
+    return error(got, expected)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list of results")
-    p.add_argument("--repeat", type=int, default=15, help="timed rounds per case (median)")
+    p.add_argument("--repeat", type=positive_int, default=15,
+                   help="timed rounds per case (median)")
     p.add_argument("--cases", default=None, metavar="NAME,...",
-                   help="run only these cases: " + ", ".join(c.name for c in CASES))
-    p.add_argument("--scale", type=float, default=1.0,
+                   help="run only these cases (an unknown name lists them)")
+    p.add_argument("--scale", type=positive_float, default=1.0,
                    help="multiply the problem sizes by this factor (e.g. 0.1 for a quick run)")
-    p.add_argument("--budget-s", type=float, default=2.0, help="Ollie's derivation budget")
+    p.add_argument("--budget-s", type=positive_float, default=2.0,
+                   help="Ollie's derivation budget")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     p.add_argument("--suite", choices=("cpu", "gpu"), default="cpu",
                    help="cpu: the built-in suite (default); gpu: EinNet's operators at "
                    "EinNet's sizes on a CUDA device, against max-autotune, with a roofline")
 
 
-def _case_list(text: str) -> list[Case]:
+def _case_list(text: str) -> "list[Case]":
+    from ollie.cli.bench_suite import BY_NAME
+
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown or not names:
@@ -62,6 +71,8 @@ def _ollie_plan(optimized) -> str:
 
 def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
     """Median seconds per call of each fn, timed in interleaved rounds."""
+    import torch
+
     number = {}
     for name, fn in fns.items():  # calibrate: calls per sample so a sample is >= MIN_SAMPLE_S
         t0 = time.perf_counter()
@@ -79,7 +90,10 @@ def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
-def run_case(case: Case, scale: float, repeat: int, budget_s: float, use_compile: bool) -> dict:
+def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
+             use_compile: bool) -> dict:
+    import torch
+
     import ollie
 
     fn, args = case.make(scale)
@@ -157,6 +171,7 @@ def _ratio(v) -> str:
 
 
 def table(rows: list[dict], scale: float):
+    import torch
     from rich.table import Table
 
     t = Table(title=f"ollie bench (CPU, {torch.get_num_threads()} threads, scale {scale:g}; "
@@ -193,7 +208,7 @@ def run(args, out=None) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     out = out or sys.stdout
-    if args.repeat < 1 or args.scale <= 0:
+    if args.repeat < 1 or not args.scale > 0 or not math.isfinite(args.scale):
         raise UsageError("--repeat and --scale must be positive")
     if getattr(args, "suite", "cpu") == "gpu":
         from ollie.cli import bench_gpu_run
@@ -204,6 +219,8 @@ def run(args, out=None) -> int:
             args.cases = _case_list(args.cases)
         except argparse.ArgumentTypeError as e:
             raise UsageError(str(e)) from None
+    from ollie.cli.bench_suite import CASES
+
     cases = args.cases or CASES
     if not args.no_compile:
         _one_compile_worker()

@@ -10,34 +10,14 @@ import argparse
 import dataclasses
 import json
 import math
-import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ir
-from ollie.cli.torch_text import build as build_torch
+from ollie.cli.args import UsageError, positive_float, positive_int  # noqa: F401 (re-exported)
+from ollie.cli.args import shape as parse_shape
 
-
-class UsageError(Exception):
-    """A mistake on the command line: printed as one message, exit status 2."""
-
-
-def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``"A=512,1024"`` (or ``A=512x1024``) → ``("A", (512, 1024))``; ``"s="`` is a scalar."""
-    name, eq, dims = text.partition("=")
-    name = name.strip()
-    if not eq or not name.isidentifier():
-        raise argparse.ArgumentTypeError(
-            f"expected NAME=d0,d1,... (e.g. A=512,1024), got {text!r}")
-    dims = dims.strip()
-    try:
-        shape = tuple(int(d) for d in re.split(r"\s*[,x]\s*", dims)) if dims else ()
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"the dimensions of {name!r} must be integers, got {dims!r}") from None
-    if any(d < 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"the dimensions of {name!r} must be >= 0, got {dims!r}")
-    return name, shape
+if TYPE_CHECKING:
+    import ir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,13 +27,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "tensors instead, e.g. 'F.conv_transpose2d(x, w, stride=2, padding=1)'")
     p.add_argument("--shape", action="append", type=parse_shape, default=[], metavar="NAME=DIMS",
                    help="declare an input tensor, e.g. --shape A=512,1024 (repeatable)")
-    p.add_argument("--budget-s", type=float, default=5.0, help="derivation time budget (s)")
-    p.add_argument("--nodes", type=int, default=20_000, help="e-graph node budget")
-    p.add_argument("-k", type=int, default=5, help="number of candidates to list")
+    p.add_argument("--budget-s", type=positive_float, default=5.0,
+                   help="derivation time budget (s)")
+    p.add_argument("--nodes", type=positive_int, default=20_000, help="e-graph node budget")
+    p.add_argument("-k", type=positive_int, default=5, help="number of candidates to list")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def build_expression(args) -> ir.Scope:
+def build_expression(args) -> "ir.Scope":
+    import ir
+    from ollie.cli.torch_text import build as build_torch
+
     shapes: dict[str, tuple[int, ...]] = {}
     for name, shape in args.shape:
         if name in shapes and shapes[name] != shape:
@@ -97,7 +81,7 @@ def report_dict(report: Any) -> dict:
     return {"summary": str(report)}
 
 
-def derive_candidates(expr: ir.Scope, budget_s: float, nodes: int, k: int):
+def derive_candidates(expr: "ir.Scope", budget_s: float, nodes: int, k: int):
     """(candidates sorted by cost, the derivation's report, seconds, the cost callable)."""
     import derivations  # late: the e-graph machinery is only needed here
     from ollie import cost as cost_model
@@ -116,13 +100,16 @@ def derive_candidates(expr: ir.Scope, budget_s: float, nodes: int, k: int):
     return candidates, getattr(derivation, "report", None), seconds, cost
 
 
-def derive_expression(expr: ir.Scope, budget_s: float, nodes: int, k: int) -> dict:
+def derive_expression(expr: "ir.Scope", budget_s: float, nodes: int, k: int) -> dict:
     """Derive and return the result as plain data (the ``--json`` object)."""
+    import ir
+
     candidates, report, seconds, cost = derive_candidates(expr, budget_s, nodes, k)
     result = {
         "expression": ir.to_text(expr),
         "operators": list(instantiated(expr)),
         "cost": ir.program_cost(expr, cost),
+        "cost_unit": cost_unit(cost),
         "candidates": [{"program": ir.to_text(ir.readable(c.program)), "operators": list(c.operators),
                         "rule_chain": list(c.rule_chain), "cost": float(c.cost),
                         "verified": c.verified}
@@ -134,7 +121,7 @@ def derive_expression(expr: ir.Scope, budget_s: float, nodes: int, k: int) -> di
     return result
 
 
-def instantiated(program: ir.Scope) -> tuple[str, ...]:
+def instantiated(program: "ir.Scope") -> tuple[str, ...]:
     """What each scope of ``program`` instantiates (``ir.patterns.classify``: matmul, conv,
     g2bmm, ..., eoperator), dependencies first: the same names candidates carry."""
     from derivations.guided import operators as derived_operators
@@ -165,6 +152,21 @@ def egraph_summary(egraph: dict) -> str:
                      for k in keys) or "no report"
 
 
+def cost_unit(cost) -> str:
+    """The unit of a cost callable's figures: the learned model predicts seconds (shown as
+    estimated µs); the analytic cost counts flops plus weighted bytes (relative units)."""
+    from ollie import cost as cost_model
+    return "relative" if cost is cost_model.analytic else "s"
+
+
+def format_cost(value: float, unit: str) -> str:
+    """``est. 12.3 µs`` for a cost in seconds, ``4.1e+06 (relative)`` for the analytic one:
+    the same in ``derive`` and the REPL."""
+    if unit == "s":
+        return f"est. {value * 1e6:.4g} µs"
+    return f"{value:.4g} (relative units: flops + weighted bytes)"
+
+
 def relative(cost: float, base: float) -> str:
     """``20.9× cheaper`` / ``1.5× costlier`` / ``same cost`` than ``base``."""
     if cost == base:
@@ -175,17 +177,18 @@ def relative(cost: float, base: float) -> str:
 
 
 def format_result(result: dict) -> str:
+    unit = result.get("cost_unit", "s")
     lines = ["expression:", _indent(result["expression"], 2),
              f"  operators: {' + '.join(result['operators'])}; "
-             f"estimated cost {result['cost']:.4g}", "",
+             f"cost {format_cost(result['cost'], unit)}", "",
              f"derived {len(result['candidates'])} candidate(s) in {result['seconds']:.2f} s "
              f"(e-graph: {egraph_summary(result['egraph'])})"]
     if result.get("summary"):
         lines.append(f"summary: {result['summary']}")
     for n, c in enumerate(result["candidates"], 1):
         checked = {True: "checked", False: "failed", None: "too big to check"}[c.get("verified")]
-        lines += ["", f"#{n}  cost {c['cost']:.4g} ({relative(c['cost'], result['cost'])}; "
-                      f"{checked})",
+        lines += ["", f"#{n}  cost {format_cost(c['cost'], unit)} "
+                      f"({relative(c['cost'], result['cost'])}; {checked})",
                   _indent(c["program"]),
                   f"    operators: {' + '.join(c['operators'])}",
                   f"    rule chain: {' → '.join(c['rule_chain']) or '(none: the original form)'}"]
@@ -194,8 +197,6 @@ def format_result(result: dict) -> str:
 
 def run(args, out) -> int:
     expr = build_expression(args)
-    if args.k < 1 or args.nodes < 1 or args.budget_s <= 0:
-        raise UsageError("-k, --nodes and --budget-s must be positive")
     result = derive_expression(expr, args.budget_s, args.nodes, args.k)
     if args.json:
         print(json.dumps(result, indent=2), file=out)

@@ -1,7 +1,10 @@
 """The ``ollie`` command: ``demo``, ``derive``, ``bench``, ``repl``, ``cache`` and ``tune``.
 
-``main(argv)`` returns the exit status (0 success, 1 a failed check, 2 a usage error), so
-tests can call it directly; user mistakes print one clear message to stderr, no traceback.
+``main(argv)`` returns the exit status (0 success, 1 a failed check or an internal error,
+2 a usage error), so tests can call it directly; every mistake prints one clear message to
+stderr, never a traceback (``OLLIE_TRACEBACK=1`` shows one for an internal error). Nothing
+heavy (torch, egglog, sympy) is imported until a command runs: ``ollie --help`` and argument
+checking start at once.
 """
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ import sys
 # shared machine (the command measures; a user's own program sets what it likes).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from ollie.cli import args as cli_args
 from ollie.cli import bench as bench_cmd
 from ollie.cli import derive as derive_cli
+from ollie.cli.args import positive_float, positive_int
 
 DEMO_SHAPES = {"a": (512, 1024), "b": (1024, 1024), "c": (1024, 16)}
 
@@ -97,22 +102,22 @@ def cache(args, out) -> int:
 def tune(args, out) -> int:
     from ollie.cost import tune as tune_mod
 
-    if args.cases <= 0:
-        raise derive_cli.UsageError("--cases must be positive")
     print(tune_mod.tune_command(args.cases, args.dir, budget_s=args.budget_s), file=out)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli_args.Parser(
         prog="ollie", description="Ollie: derivation-based tensor program optimizer "
         "(index-summation expressions rewritten on an e-graph).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     d = sub.add_parser("demo", help="optimize (a @ b) @ c, explain it, check and time it")
-    d.add_argument("--scale", type=float, default=1.0, help="multiply the sizes by this")
-    d.add_argument("--repeat", type=int, default=20, help="timed rounds (median)")
-    d.add_argument("--budget-s", type=float, default=2.0, help="derivation budget (s)")
+    d.add_argument("--scale", type=positive_float, default=1.0,
+                   help="multiply the sizes by this (> 0)")
+    d.add_argument("--repeat", type=positive_int, default=20, help="timed rounds (median)")
+    d.add_argument("--budget-s", type=positive_float, default=2.0,
+                   help="derivation budget (s)")
     d.set_defaults(run=demo)
 
     d = sub.add_parser("derive", help="derive equivalent forms of an expression",
@@ -140,18 +145,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("tune", help="measure more programs on this machine and retrain the "
                        "learned cost model")
-    d.add_argument("--cases", type=int, default=40, help="random operator cases to measure")
-    d.add_argument("--budget-s", type=float, default=None, help="seconds of measuring at most")
+    d.add_argument("--cases", type=positive_int, default=40,
+                   help="random operator cases to measure")
+    d.add_argument("--budget-s", type=positive_float, default=None,
+                   help="seconds of measuring at most")
     d.add_argument("--dir", default=None, help="cache folder for the dataset and the model")
     d.set_defaults(run=tune)
     return p
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors a user's input causes (imported only once one happened)."""
     from ir.errors import IRError
+    from ollie.cache import CacheRefused
     from ollie.cli.torch_text import TorchExprError
 
-    return (derive_cli.UsageError, IRError, TorchExprError)
+    found = [cli_args.UsageError, IRError, TorchExprError, CacheRefused]
+    if "derivations" in sys.modules:  # it can only have been raised if derivations ran
+        from derivations import InputTooDeep
+        found.append(InputTooDeep)
+    return tuple(found)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,15 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout
     try:
         return args.run(args, out)
-    except _user_errors() as e:
-        print(f"ollie {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # `ollie derive ... | head`: the reader left, that is fine
         sys.stdout = open(os.devnull, "w")
         return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        if isinstance(e, _user_errors()):
+            cli_args.say_error(args.command, e)
+            return 2
+        if os.environ.get("OLLIE_TRACEBACK"):
+            raise
+        print(f"ollie {args.command}: internal error: {type(e).__name__}: "
+              f"{cli_args.first_line(e)[:300]} (OLLIE_TRACEBACK=1 shows where)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -16,17 +16,22 @@ session goes on. ``Repl(stdin=..., stdout=...)`` runs a scripted session, for te
 from __future__ import annotations
 
 import cmd
+import math
 import os
 import re
 import sys
 
 import ir
-from ir.errors import IRError, ParseError
+from ir.errors import IRError, ParseError, did_you_mean
+from ollie.cli.args import INT64_MAX
 from ollie.cli.classify import describe
-from ollie.cli.derive import derive_candidates, egraph_summary, relative, report_dict
+from ollie.cli.derive import (
+    cost_unit, derive_candidates, egraph_summary, format_cost, relative, report_dict,
+)
 from ollie.cli.torch_text import TorchExprError, build as build_torch
 
 _TENSOR = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*tensor\s*\((.*)\)\s*$")
+_CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z_][\w.]*)\s*\(")
 _STATEMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*\[")
 
 HELP = """\
@@ -109,11 +114,13 @@ class Repl(cmd.Cmd):
         try:
             return super().onecmd(line)
         except ParseError as e:
-            self.say(f"error: {e.message}\n  {e.source_line}\n  {' ' * (e.column - 1)}^")
+            shown, caret = e.excerpt()
+            self.say(f"error: {e.message}\n  {shown}\n  {' ' * (caret - 1)}^")
         except (IRError, ReplError, TorchExprError) as e:
             self.say(f"error: {e}")
         except Exception as e:  # an internal failure: report it, keep the session
-            self.say(f"error: {type(e).__name__}: {e}")
+            text = str(e).strip().splitlines()
+            self.say(f"error: {type(e).__name__}: {text[0][:300] if text else ''}")
         return False
 
     def emptyline(self):
@@ -127,9 +134,20 @@ class Repl(cmd.Cmd):
         m = _STATEMENT.match(line)
         if m and "=" in line:
             return self._statement(m.group(1), line.strip())
+        m = _CALL.match(line)
+        if m:  # `X = tensr(3, 4)`: a declaration with a misspelt function
+            raise ReplError(f"unknown function {m.group(2)!r}"
+                            f"{did_you_mean(m.group(2), ['tensor'])} (declare a tensor like "
+                            f"{m.group(1)} = tensor(3, 4); a statement looks like "
+                            f"{m.group(1)}[i,j] = A[i,j] * 2)")
         word = line.split()[0] if line.split() else line
-        raise ReplError(f"unknown command {word!r} (type help); a statement looks like "
-                        "C[i,j] = sum[k] A[i,k] * B[k,j]")
+        if "=" in line:
+            raise ReplError("not a declaration or a statement: declare a tensor like "
+                            "A = tensor(3, 4); a statement looks like "
+                            "C[i,j] = sum[k] A[i,k] * B[k,j]")
+        commands = [n[3:] for n in self.get_names() if n.startswith("do_") and n != "do_EOF"]
+        raise ReplError(f"unknown command {word!r}{did_you_mean(word, commands)} (type help); "
+                        "a statement looks like C[i,j] = sum[k] A[i,k] * B[k,j]")
 
     def _declare(self, name: str, dims: str):
         if name in self.statements:
@@ -140,6 +158,8 @@ class Repl(cmd.Cmd):
             raise ReplError(f"tensor(...) takes integer sizes, got ({dims})") from None
         if any(d < 0 for d in shape):
             raise ReplError(f"sizes must be >= 0, got ({dims})")
+        if any(d > INT64_MAX for d in shape) or math.prod(shape) > INT64_MAX:
+            raise ReplError(f"the shape ({dims}) does not fit in int64")
         self.tensors[name] = ir.Tensor(name, shape)
         if self.statements:  # re-check the program against the new shape
             self._reparse(self.statements, next(reversed(self.statements)))
@@ -152,7 +172,7 @@ class Repl(cmd.Cmd):
         statements[name] = text  # a redefinition keeps its place in the program
         self._reparse(statements, name)
         self.say(f"{name}: {list(self.current.shape)}  {describe(self.current)}; "
-                 f"estimated cost {ir.program_cost(self.current):.4g}")
+                 f"{self._cost(self.current)}")
 
     def _reparse(self, statements: dict[str, str], name: str):
         program = ir.parse_all("\n".join(statements.values()), tensors=self.tensors)
@@ -168,7 +188,13 @@ class Repl(cmd.Cmd):
         ir.check(self.current)
         self.say(ir.to_text(self.current))
         self.say(f"{list(self.current.shape)}  {describe(self.current)}; "
-                 f"estimated cost {ir.program_cost(self.current):.4g}")
+                 f"{self._cost(self.current)}")
+
+    def _cost(self, program) -> str:
+        """``cost est. 12.3 µs``: the ranking cost, in the unit ``ollie derive`` shows."""
+        from ollie import cost as cost_model
+        cost = cost_model.default()
+        return f"cost {format_cost(ir.program_cost(program, cost), cost_unit(cost))}"
 
     # -- derivation ----------------------------------------------------------------------
     def _need_current(self) -> ir.Scope:
@@ -186,18 +212,19 @@ class Repl(cmd.Cmd):
                 budget = float(arg)
             except ValueError:
                 raise ReplError(f"derive takes a time budget in seconds, got {arg!r}") from None
-            if budget <= 0:
-                raise ReplError("the time budget must be positive")
+            if not math.isfinite(budget) or budget <= 0:
+                raise ReplError(f"the time budget must be a finite number > 0, got {arg!r}")
         cands, report, seconds, cost = derive_candidates(expr, budget, self.nodes, self.k)
         cands = [c for c in cands if c.rule_chain]  # the original is listed as 0 already
         self.candidates = cands
-        base = ir.program_cost(expr, cost)
+        base, unit = ir.program_cost(expr, cost), cost_unit(cost)
         self.say(f"derived {len(cands)} candidate(s) in {seconds:.2f} s "
                  f"(e-graph: {egraph_summary(report_dict(report))})")
-        self.say(f"  0  cost {base:<10.4g} {describe(expr)}  (the original)")
+        self.say(f"  0  cost {format_cost(base, unit):<16} {describe(expr)}  (the original)")
         for n, c in enumerate(cands, 1):
             note = relative(c.cost, base)
-            self.say(f"  {n}  cost {c.cost:<10.4g} {describe(c.program)}  ({note})")
+            self.say(f"  {n}  cost {format_cost(c.cost, unit):<16} {describe(c.program)}  "
+                     f"({note})")
 
     def _candidate(self, text: str):
         if not self.candidates:
@@ -226,7 +253,8 @@ class Repl(cmd.Cmd):
         self.say(f"  operators: {describe(program)}")
         if cand is not None:
             self.say(f"  rule chain: {' → '.join(cand.rule_chain) or '(none)'}")
-            self.say(f"  estimated cost: {cand.cost:.4g}")
+            from ollie import cost as cost_model
+            self.say(f"  cost: {format_cost(cand.cost, cost_unit(cost_model.default()))}")
 
     def do_run(self, arg: str):
         """run [N]: evaluate candidate N (default: every one) against the original."""

@@ -15,6 +15,13 @@ from typing import Mapping
 
 import ir
 from ir import ops
+from ir.errors import did_you_mean
+
+MAX_DEPTH = 200  # nesting of the syntax tree walked (recursively) by the evaluator
+# Operators Python's parser rejects that people type for torch ones (the caret says where).
+TYPOS = {"@@": "'@' (matrix product)", "&&": "'*' (a product)", "||": "torch.maximum"}
+SYMBOLS = {ast.BitXor: "^", ast.BitAnd: "&", ast.BitOr: "|", ast.Pow: "**", ast.Mod: "%",
+           ast.FloorDiv: "//", ast.LShift: "<<", ast.RShift: ">>"}
 
 
 class TorchExprError(ValueError):
@@ -108,8 +115,10 @@ class _Evaluator:
             return self.names[node.id]
         if node.id in FUNCTIONS:
             return FUNCTIONS[node.id]
-        declared = ", ".join(n for n in self.names if n not in ("F", "torch")) or "none"
-        raise self.error(f"unknown name {node.id!r} (declared tensors: {declared})", node)
+        declared = [n for n in self.names if n not in ("F", "torch")]
+        hint = did_you_mean(node.id, declared + list(FUNCTIONS))
+        raise self.error(f"unknown name {node.id!r}{hint} (declared tensors: "
+                         f"{', '.join(declared) or 'none'})", node)
 
     def _Tuple(self, node: ast.Tuple):
         return tuple(self.eval(e) for e in node.elts)
@@ -146,7 +155,9 @@ class _Evaluator:
             raise self.error(f"unsupported arithmetic {ast.unparse(node)}", node)
         fn = BINARY.get(type(node.op))
         if fn is None:
-            raise self.error(f"unsupported operator {type(node.op).__name__}", node)
+            symbol = SYMBOLS.get(type(node.op), type(node.op).__name__)
+            raise self.error(f"operator {symbol!r} is not supported on tensors here (use "
+                             f"{', '.join(('@', '+', '-', '*', '/'))} or a function)", node)
         return self._apply(fn, [a, b], {}, node, f"operator {type(node.op).__name__}")
 
     # -- calls ---------------------------------------------------------------------------
@@ -159,15 +170,18 @@ class _Evaluator:
                 return owner.children[node.attr]
             if node.attr in owner.table:
                 return owner.table[node.attr]
-            known = ", ".join(sorted(owner.table)) or ", ".join(sorted(owner.children))
-            raise self.error(f"unknown function {ast.unparse(node)} (supported: {known})", node)
+            hint = did_you_mean(node.attr, list(owner.table) + list(owner.children))
+            known = "" if hint else " (supported: " + (", ".join(sorted(owner.table))
+                                                       or ", ".join(sorted(owner.children))) + ")"
+            raise self.error(f"unknown function {ast.unparse(node)}{hint}{known}", node)
         if isinstance(owner, Value):
             if node.attr == "T":
                 return Value(ops.permute(owner.node, *reversed(range(len(owner.shape)))))
             if node.attr in METHODS:
                 return _BoundMethod(owner, METHODS[node.attr], node.attr)
-            raise self.error(f"unknown tensor method .{node.attr} (supported: "
-                             f"{', '.join(sorted(METHODS))})", node)
+            hint = did_you_mean(node.attr, METHODS)
+            raise self.error(f"unknown tensor method .{node.attr}{hint}" + ("" if hint else (
+                f" (supported: {', '.join(sorted(METHODS))})")), node)
         raise self.error(f"{type(owner).__name__} has no attribute {node.attr!r}", node)
 
     def _Call(self, node: ast.Call):
@@ -225,8 +239,16 @@ def build(source: str, tensors: Mapping[str, object]) -> ir.Scope:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
-        raise TorchExprError(f"invalid syntax: {e.msg}", text, max((e.offset or 1) - 1, 0)) \
+        column = max((e.offset or 1) - 1, 0)
+        raise TorchExprError(_syntax_message(e.msg, text, column), *_excerpt(text, column)) \
             from None
+    except (RecursionError, MemoryError):  # Python's parser gives up on deep nesting
+        raise TorchExprError("the expression is nested too deeply for Python's parser") \
+            from None
+    depth = _depth(tree.body)
+    if depth > MAX_DEPTH:
+        raise TorchExprError(f"the expression is nested {depth} levels deep; at most "
+                             f"{MAX_DEPTH} are accepted")
     value = _Evaluator(text, bound).eval(tree.body)
     if isinstance(value, Value) and isinstance(value.node, ir.Scope):
         return value.node
@@ -234,3 +256,37 @@ def build(source: str, tensors: Mapping[str, object]) -> ir.Scope:
         raise TorchExprError(f"the expression is just the input tensor {value.node.name!r}; "
                              "apply an operation to it")
     raise TorchExprError(f"the expression evaluates to {type(value).__name__}, not a tensor")
+
+
+def _syntax_message(msg: str, text: str, column: int) -> str:
+    """Python's complaint, without saying "invalid syntax" twice, plus what was likely meant
+    for operators people carry over from other languages (``@@``, ``^``)."""
+    msg = msg.strip().rstrip(".")
+    for typo, meant in TYPOS.items():
+        at = text.find(typo, max(column - len(typo), 0))
+        if 0 <= at <= column + 1:
+            return f"{typo!r} is not an operator here — did you mean {meant}?"
+    if msg.lower().startswith("invalid syntax"):
+        rest = msg[len("invalid syntax"):].strip(" .:?")
+        return "this is not a Python expression" + (f" ({rest})" if rest else "") + \
+            f" at column {column + 1}"
+    return f"this is not a Python expression: {msg}"
+
+
+def _excerpt(text: str, column: int, width: int = 72) -> tuple[str, int]:
+    """(``text`` cut to ``width`` characters around ``column``, the column in the cut)."""
+    if len(text) <= width:
+        return text, column
+    start = max(0, min(column - width // 2, len(text) - width))
+    return text[start:start + width], column - start
+
+
+def _depth(root: ast.AST) -> int:
+    """Depth of a syntax tree, without recursion."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if d <= MAX_DEPTH + 1:
+            stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
