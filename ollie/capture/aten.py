@@ -100,11 +100,6 @@ def _slice(self, dim=0, start=None, end=None, step=1):
     return ops.slice(self, dim, start, end, step)
 
 
-def _select(self, dim, index):
-    index_tuple = (slice(None),) * (dim % len(self.shape)) + (index,)
-    return ops.getitem(self, index_tuple)
-
-
 def _pad(self, pad, value=0):
     if value != 0:
         raise OpError("constant_pad_nd", f"padding with {value} (reads outside a tensor are 0)")
@@ -115,11 +110,34 @@ def _identity(self, *, memory_format=None):
     return ops.contiguous(self)
 
 
+def _convert(self, dtype):
+    """A copy in the same dtype is the identity; bool to floating point is 1.0 / 0.0. Other
+    conversions round, which the IR does not model."""
+    if dtype is None or DTYPES.get(dtype) == self.dtype:
+        return ops.contiguous(self)
+    if self.dtype == "bool" and dtype in FLOATING:
+        return ops.where(self, ops.full((), 1.0, dtype=FLOATING[dtype]), 0.0)
+    raise OpError("convert", f"converts {self.dtype} to {dtype}")
+
+
 def _to_copy(self, *, dtype=None, device=None, **layout):
-    """A copy in the same dtype is the identity (devices do not change inside a graph)."""
-    if dtype is not None and _ir_dtype(dtype) != self.dtype:
-        raise OpError("_to_copy", f"converts to {dtype}")
-    return ops.contiguous(self)
+    """Devices do not change inside a graph; see ``_convert`` for dtypes."""
+    return _convert(self, dtype)
+
+
+def _var(self, dim=None, *, correction=None, keepdim=False):
+    return ops.var(self, _all_dims(dim), correction=1 if correction is None else correction,
+                   keepdim=keepdim)
+
+
+def _full(size, fill_value, *, dtype=None, **placement):
+    if dtype is not None and dtype not in FLOATING:
+        raise OpError("full", f"dtype {dtype} is not a floating-point dtype")
+    return ops.full(list(size), float(fill_value), dtype=FLOATING.get(dtype, "float32"))
+
+
+def _scalar_tensor(s, *, dtype=None, **placement):
+    return _full((), s, dtype=dtype)
 
 
 def _expand(self, size, *, implicit=False):
@@ -132,6 +150,7 @@ def _as_strided(self, size, stride, storage_offset=None):
 
 FLOATING = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
             torch.bfloat16: "bfloat16"}
+DTYPES = {**FLOATING, torch.bool: "bool"}  # what a region reads and computes
 
 # ATen operator (overload packet) -> row.
 TABLE = {
@@ -143,10 +162,16 @@ TABLE = {
     aten.div: _div, aten.maximum: ops.maximum, aten.minimum: ops.minimum,
     aten.neg: ops.neg, aten.reciprocal: ops.reciprocal, aten.relu: ops.relu,
     aten.exp: ops.exp, aten.log: ops.log, aten.tanh: ops.tanh, aten.sigmoid: ops.sigmoid,
-    aten.sqrt: ops.sqrt, aten.abs: ops.abs,
+    aten.sqrt: ops.sqrt, aten.abs: ops.abs, aten.rsqrt: ops.rsqrt, aten.erf: ops.erf,
+    aten.pow: ops.pow, aten.gelu: lambda self, *, approximate="none": ops.gelu(self, approximate),
+    aten.clamp: ops.clamp, aten.clamp_min: lambda self, min: ops.clamp(self, min=min),
+    aten.clamp_max: lambda self, max: ops.clamp(self, max=max),
+    aten.lt: ops.lt, aten.le: ops.le, aten.gt: ops.gt, aten.ge: ops.ge, aten.eq: ops.eq,
+    aten.ne: ops.ne, aten.where: ops.where,
+    aten.full: _full, aten.scalar_tensor: _scalar_tensor,
     # reductions
     aten.sum: _sum, aten.mean: _mean, aten.amax: _extremum(ops.amax),
-    aten.amin: _extremum(ops.amin),
+    aten.amin: _extremum(ops.amin), aten.var: _var,
     aten._softmax: _softmax(ops.softmax), aten._log_softmax: _softmax(ops.log_softmax),
     # views and data movement
     aten.view: _view, aten._unsafe_view: _view, aten.reshape: _view,
@@ -154,9 +179,10 @@ TABLE = {
     aten.t: lambda self: ops.transpose(self, 0, -1) if len(self.shape) == 2 else self,
     aten.transpose: ops.transpose, aten.expand: _expand,
     aten.unsqueeze: ops.unsqueeze, aten.squeeze: _squeeze, aten.slice: _slice,
-    aten.select: _select, aten.as_strided: _as_strided, aten.cat: ops.cat,
+    aten.select: ops.select, aten.diagonal: ops.diagonal, aten.as_strided: _as_strided, aten.cat: ops.cat,
     aten.constant_pad_nd: _pad, aten.unfold: ops.unfold,
     aten.clone: _identity, aten.alias: _identity, aten._to_copy: _to_copy,
+    torch.ops.prims.convert_element_type: _convert,
 }
 
 VIEWS = frozenset({

@@ -63,8 +63,9 @@ class _Recorder(fx.Interpreter):
 
     def run_node(self, n):
         value = super().run_node(n)
-        if n in self.wanted:
-            self.values[n] = value
+        if n in self.wanted:  # an input the graph updates in place is kept as it was read
+            mutable = n.op == "placeholder" and isinstance(value, torch.Tensor)
+            self.values[n] = value.clone() if mutable else value
         return value
 
 

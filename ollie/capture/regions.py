@@ -15,6 +15,8 @@ import torch
 import torch.fx as fx
 
 import ir
+import ir.analysis
+from derivations.normalize import inline_views
 from ollie.capture import aten
 
 
@@ -92,10 +94,10 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
                 if meta is None:
                     raise Unsupported(f"operand {a.name} is not a tensor")
                 shape, dtype = meta
-                if dtype not in aten.FLOATING:
+                if dtype not in aten.DTYPES:
                     raise Unsupported(f"operand {a.name} has dtype {dtype}")
                 ins[a.name] = a
-                return ir.Tensor(a.name, shape, aten.FLOATING[dtype])
+                return ir.Tensor(a.name, shape, aten.DTYPES[dtype])
             if isinstance(a, (list, tuple)):
                 return type(a)(operand(x) for x in a)
             if isinstance(a, (torch.SymInt, torch.SymFloat)):
@@ -104,8 +106,8 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
 
         try:
             meta = value_meta(node)
-            if meta is None or meta[1] not in aten.FLOATING:
-                raise Unsupported("its result is not a floating-point tensor")
+            if meta is None or meta[1] not in aten.DTYPES:
+                raise Unsupported("its result is not a floating-point or bool tensor")
             args = [operand(a) for a in node.args]
             kwargs = {k: operand(v) for k, v in node.kwargs.items()}
             if node.target.overloadpacket is torch.ops.aten.as_strided:
@@ -132,15 +134,20 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
 def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     """Why ``region`` is NOT worth deriving, or None when it is.
 
-    Derivations pay off across operators (a chain, a product and its consumer) and on reads
-    through index-rewriting views (windows, strides, padding). A lone library operator over
-    plain operands is already what the library does best on a CPU (measured: conv, conv
-    transpose and dilated conv keep the library call there), so it is left to Inductor; on a GPU
-    EinNet's single-operator rewrites (conv → GEMM + eOperator) are still tried.
+    Derivations pay off where a reduction's iteration space is much larger than the data it
+    reads (a contraction, possibly in disguise: a matmul, a conv, a broadcast product summed
+    away): that is where contraction orders, distributivity and the EinNet forms change the
+    work. Elementwise chains and plain reductions are left to Inductor, which fuses them into
+    one loop anyway. And a lone library operator over plain operands is already what the
+    library does best on a CPU (measured: conv, conv transpose and dilated conv keep the
+    library call there), so it is left too; on a GPU EinNet's single-operator rewrites
+    (conv → GEMM + eOperator) are still tried.
     """
     compute = region.compute_ops
     if not compute:
         return "only moves data"
+    if not any(_dense(s) for s in ir.sub_scopes(inline_views(region.expr))):
+        return "no contraction (elementwise work and plain reductions: Inductor fuses them)"
     if len(compute) >= 2 or on_gpu:
         return None
     plain = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshape,
@@ -150,6 +157,14 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     if all(m.target.overloadpacket in plain for m in region.members if m not in compute):
         return f"a single {describe(compute[0])} over plain operands"
     return None
+
+
+def _dense(scope: ir.Scope) -> bool:
+    """A reduction over at least twice as many points as the elements it reads."""
+    if not scope.summation:
+        return False
+    read = sum(ir.analysis.numel(s) for s in {a.source for a in ir.accesses(scope.body)})
+    return ir.analysis.iteration_points(scope) > 2 * read
 
 
 def _offset_from_first_element(node: fx.Node, args: list, kwargs: dict):

@@ -70,7 +70,7 @@ def splice(gm: fx.GraphModule, root: fx.Node, inputs: list[fx.Node],
                 break
             if node.op == "get_attr":
                 name = _fresh_attr(gm, "_ollie_constant")
-                setattr(gm, name, getattr(traced, node.target))
+                gm.register_buffer(name, getattr(traced, node.target), persistent=False)
                 mapping[node] = gm.graph.get_attr(name)
                 mapping[node].meta = dict(node.meta)
                 continue
@@ -86,10 +86,15 @@ def finish(gm: fx.GraphModule, example_inputs) -> None:
     from torch._guards import detect_fake_mode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     mode = detect_fake_mode(example_inputs)
-    if mode is not None:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*example_inputs)
-    else:
+    if mode is None:
         FakeTensorProp(gm).propagate(*example_inputs)
+        return
+    allowed = mode.allow_non_fake_inputs  # the spliced programs' index constants are real
+    mode.allow_non_fake_inputs = True
+    try:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*example_inputs)
+    finally:
+        mode.allow_non_fake_inputs = allowed
 
 
 def _fresh_attr(gm: fx.GraphModule, prefix: str) -> str:
