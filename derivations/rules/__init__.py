@@ -8,6 +8,7 @@ and are run to saturation before every iteration; the others add new forms. Inde
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from egglog import Ruleset
@@ -25,7 +26,24 @@ class Rules:
         return f"Rules({self.name!r}: {self.reason})"
 
 
-def default_rulesets() -> tuple[Rules, ...]:
-    """The explorative rulesets ``derive`` runs when given none."""
+GENERATED_OPTION = "OLLIE_GENERATED_RULES"   # "1": add the synthesized ruleset, "0": do not
+GENERATED_DEFAULT = False   # see docs/rules.md: the must-show cases timed with and without
+
+
+def generated_enabled() -> bool:
+    """Whether ``derive`` adds the synthesized ruleset (``derivations.rules.synthesized``):
+    ``$OLLIE_GENERATED_RULES`` if set, else ``GENERATED_DEFAULT``."""
+    value = os.environ.get(GENERATED_OPTION)
+    if value is None:
+        return GENERATED_DEFAULT
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def default_rulesets(generated: bool | None = None) -> tuple[Rules, ...]:
+    """The explorative rulesets ``derive`` runs when given none: the algebra, and the
+    synthesized rules when ``generated`` (default: :func:`generated_enabled`)."""
     from derivations.rules.algebra import ALGEBRA
+    if generated_enabled() if generated is None else generated:
+        from derivations.rules.synthesized import GENERATED
+        return ALGEBRA + (GENERATED,)
     return ALGEBRA
