@@ -151,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of measuring at most")
     d.add_argument("--dir", default=None, help="cache folder for the dataset and the model")
     d.set_defaults(run=tune)
+
+    from ollie.cli import rules as rules_cli  # argparse only: the synthesis loads when run
+    d = sub.add_parser("rules", help=rules_cli.HELP, description=rules_cli.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    rules_cli.add_arguments(d)
+    d.set_defaults(run=rules_cli.run)
     return p
 
 
