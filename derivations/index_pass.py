@@ -216,10 +216,7 @@ class IndexPass:
             for cls, nodes in view.classes.items():
                 if not report.complete:
                     break
-                for node in nodes:
-                    if node.op not in SCOPE_OPS or not all(k in reps for k in node.kids()):
-                        continue
-                    term = node_term(node, reps.__getitem__)
+                for node, term in _forms(view, nodes, reps):
                     if term in self.seen:
                         continue
                     if _past(deadline):
@@ -323,6 +320,30 @@ class IndexPass:
                 lines.append(f"(set ({self.names['made_by']} {key}) {text})")
             stack.extend(t.kids())
         return "\n".join(lines)
+
+
+ALTERNATIVES = 4  # forms of each direct body term a scope node is also seen with
+
+
+def _forms(view: View, nodes: list[ENode], reps: dict[str, Term]):
+    """``(node, term)`` for each scope node of a class: its term over the representatives,
+    then the terms with one direct body term (a factor, a reduction's body) replaced by
+    another form of its class. Bodies are e-classes too (a map read at its own iterators is
+    its body: ``inline_map``), and a rule that rewrites a body's top (``split_terms`` after
+    ``distribute``) must see the form it rewrites, not only the smallest one."""
+    for node in nodes:
+        if node.op not in SCOPE_OPS or not all(k in reps for k in node.kids()):
+            continue
+        yield node, node_term(node, reps.__getitem__)
+        kids = node.kids()
+        for k in dict.fromkeys(kids):
+            others = [m for m in view.classes.get(k, ()) if all(c in reps for c in m.kids())]
+            for alt in others[:ALTERNATIVES]:
+                form = node_term(alt, reps.__getitem__)
+                if form == reps[k]:
+                    continue
+                pick = {k: form}
+                yield node, node_term(node, lambda c: pick.get(c) or reps[c])
 
 
 SEND_BATCH = 64  # union commands per egglog call; the deadline is checked between calls

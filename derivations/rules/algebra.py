@@ -17,7 +17,7 @@ iterator that only some factors read moves the sum inward past the others
 """
 from __future__ import annotations
 
-from egglog import MultiSet, Set, String, UnstableFn, eq, ne, rule, ruleset, set_, union
+from egglog import MultiSet, Set, String, UnstableFn, eq, i64, ne, rule, ruleset, set_, union
 
 from derivations.lang import EBody, EScope, inner_fv, made_by, outer_of
 from derivations.rules import Rules
@@ -55,8 +55,24 @@ def _split(out: Set[String], sums: Set[String], fs: E, s: String, o: Set[EBody],
         set_(made_by(*w)).to(chain + " split"))
 
 
+@ruleset
+def _inline_map(b: EBody, w: EScope, out: Set[String], fs: E, f: EBody, op: String,
+                x: EBody, y: EBody, v: EScope):
+    # use(W) = f     where W[out] = f: a map of one factor, read at its own iterators (same
+    #                names, same ranges, so always in bounds; f reads a subset of out), f a
+    #                computation or a by-name read: a layout (a positional read) stays a
+    #                scope of its own, for the guided rules to place
+    one = (eq(b).to(EBody.use(w)), eq(w).to(EScope.sum(out, EMPTY, fs)),
+           eq(fs.length()).to(i64(1)), eq(f).to(fs.pick()))
+    yield rule(*one, eq(f).to(EBody.bin(op, x, y)), name="inline_map").then(union(b).with_(f))
+    yield rule(*one, eq(f).to(EBody.un(op, x)), name="inline_map_un").then(union(b).with_(f))
+    yield rule(*one, eq(f).to(EBody.use(v)), name="inline_map_use").then(union(b).with_(f))
+
+
 INLINE = Rules("inline", "scope inlining: a contraction read by name merges into its reader",
                _inline, needs=(PROVENANCE,))
 SPLIT = Rules("split", "summation splitting: sum over s only the factors that read s",
               _split, needs=(PROVENANCE, PARTITION))
-ALGEBRA = (INLINE, SPLIT)
+INLINE_MAP = Rules("inline_map", "a map read at its own iterators is its body: chains of "
+                   "elementwise scopes fuse in the e-graph", _inline_map)
+ALGEBRA = (INLINE, SPLIT, INLINE_MAP)

@@ -11,6 +11,7 @@ from derivations.rules.bounds import relax, tighten
 from derivations.rules.fusion import distribute, factor, fuse_terms, hoist, split_terms
 from derivations.rules.joining import join_ranges
 from derivations.rules.merging import inline_reads
+from derivations.rules.reduction import broadcast, merge_reductions, single_point, split_pieces
 from derivations.rules.substitution import substitutions
 
 SUBSTITUTE = IndexRule(
@@ -46,8 +47,21 @@ FACTOR = IndexRule(
     "factor", "factoring: common factors of a sum of products pulled out (canonical form)",
     factor)  # a*c + b*c = (a + b) * c,  then split moves sums inward past c
 
+BROADCAST = IndexRule(
+    "broadcast", "a reduction that ignores an output iterator is computed once and broadcast",
+    broadcast)  # T[i,j] = sum[k] f(i,k)  =  W[i],  W[i] = sum[k] f(i,k)
+SINGLE_POINT = IndexRule(
+    "single_point", "a reduction over one point is its body at that point", single_point)
+# sum[c in 2:3] f(c) = f(2)
+MERGE_REDUCTIONS = IndexRule(
+    "merge_reductions", "a max (min) of a max (min) read in range is one max over both",
+    merge_reductions)  # max[r] M[e(r)],  M[u] = max[q] f(u,q)  =  max[r,q] f(e(r), q)
+SPLIT_PIECES = IndexRule(
+    "split_pieces", "a max (min) over a cat axis is the max (min) of each piece over its slab",
+    split_pieces)  # max[c] (A[c] + B[c-n])  =  max(max[c in 0:n] A[c], max[c in n:..] B[c-n])
+
 EXPLORATIVE = (SUBSTITUTE, TIGHTEN, RELAX, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, JOIN_RANGES,
-               HOIST, DISTRIBUTE, FACTOR)
+               HOIST, DISTRIBUTE, FACTOR, BROADCAST, SINGLE_POINT, MERGE_REDUCTIONS, SPLIT_PIECES)
 BY_NAME = {r.name: r for r in EXPLORATIVE}
 
 
@@ -65,7 +79,7 @@ def layout_rules() -> tuple[IndexRule, ...]:
 # What ``derive`` runs by default: relaxing is left out (it only pays with iterator
 # splitting to exact multiples, and growing then tightening every range multiplies forms).
 DEFAULT = (SUBSTITUTE, TIGHTEN, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, JOIN_RANGES, HOIST,
-           DISTRIBUTE, FACTOR)
+           DISTRIBUTE, FACTOR, BROADCAST, SINGLE_POINT, MERGE_REDUCTIONS, SPLIT_PIECES)
 
 
 def default_index_rules() -> tuple[IndexRule, ...]:
