@@ -52,17 +52,20 @@ def value_meta(node: fx.Node):
     return tuple(int(d) for d in val.shape), val.dtype
 
 
-def translate(gm: fx.GraphModule) -> Translation:
-    """Compose the translatable nodes of ``gm`` (static shapes, ``meta["val"]`` set) into regions."""
+def translate(gm: fx.GraphModule, compose_shared: bool = False) -> Translation:
+    """Compose the translatable nodes of ``gm`` (static shapes, ``meta["val"]`` set) into
+    regions. With ``compose_shared``, a node read by several translated nodes is composed
+    into each (one shared scope) instead of becoming a region of its own: right for one
+    expression, wrong for a graph whose regions are compiled apart (it would run twice)."""
     forced: set[fx.Node] = set()
     while True:  # a node whose consumer turned out untranslatable must be materialised: retry
-        result, newly_forced = _translate_once(gm, forced)
+        result, newly_forced = _translate_once(gm, forced, compose_shared)
         if not newly_forced:
             return result
         forced |= newly_forced
 
 
-def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
+def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bool):
     exprs: dict[fx.Node, ir.Scope] = {}
     members: dict[fx.Node, list[fx.Node]] = {}
     region_inputs: dict[fx.Node, dict[str, fx.Node]] = {}
@@ -71,6 +74,9 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node]):
 
     def materialised(n: fx.Node) -> bool:
         users = list(n.users)
+        if compose_shared:
+            return n in forced or not users or any(
+                u.op == "output" or aten.row(u.target) is None for u in users)
         return (n in forced or len(users) != 1 or users[0].op == "output"
                 or aten.row(users[0].target) is None)
 

@@ -68,6 +68,11 @@ def dilated_conv(x, w):
     return F.conv2d(x, w, padding=2, dilation=2)
 
 
+def broadcast_tanh_sum(x, y):
+    # Nothing for Ollie to derive (tanh blocks the algebra): Inductor's fused loop must stay.
+    return torch.tanh(x[:, None, :] * y[None, :, :] + 1).sum(-1)
+
+
 # -- sizes ------------------------------------------------------------------------------------
 def _matmul_chain(s):
     return matmul_chain, _inputs((_dim(512, s), _dim(1024, s)), (_dim(1024, s), _dim(1024, s)),
@@ -121,6 +126,11 @@ def _chunked_band_pv(s):
     return gbmm_fn(w, 4), _inputs((heads, seq, 2 * w + 1), (heads, seq, feats))
 
 
+def _broadcast_tanh_sum(s):
+    n, d = _dim(256, s, 2), _dim(64, s)
+    return broadcast_tanh_sum, _inputs((n, d), (n, d))
+
+
 CASES = [
     Case("matmul_chain", "(a @ b) @ c, thin last factor", _matmul_chain),
     Case("einsum4", "einsum ij,jk,kl,lm->im, skewed sizes", _einsum4),
@@ -134,6 +144,8 @@ CASES = [
     Case("conv3x3", "conv2d 3×3, padding 1", _conv3x3),
     Case("conv_transpose", "conv_transpose2d 4×4, stride 2", _conv_transpose),
     Case("dilated_conv", "conv2d 3×3, dilation 2", _dilated),
+    Case("broadcast_tanh_sum", "tanh(x[:, None] * y[None] + 1).sum(-1): left to Inductor",
+         _broadcast_tanh_sum),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

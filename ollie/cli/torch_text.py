@@ -1,27 +1,42 @@
 """Build an ``ir`` expression from a PyTorch expression written as text.
 
 ``build("F.conv_transpose2d(x, w, stride=2, padding=1)", {"x": (1, 8, 7, 7), ...})`` evaluates
-the text with each declared name bound to an ``ir.Tensor`` and ``F`` / ``torch`` bound to a
-small namespace that maps torch function names onto the operator library (``ir.ops``). The
-text is *not* handed to Python's ``eval``: a small interpreter walks its syntax tree and
+the text with each declared name bound to a tensor of that shape, and captures it the way the
+``torch.compile`` backend captures a program (``ollie.capture.expression``): traced to core
+ATen on fake tensors (no data: any shape works) and translated by the same table. So what
+``ollie derive --torch`` derives is exactly what ``backend="ollie"`` would see.
+
+The text is *not* handed to Python's ``eval``: a small interpreter walks its syntax tree and
 accepts only names, numbers, strings, tuples and lists, the arithmetic operators, calls of
-known functions and methods, and keyword arguments. Anything else is a clear error with a
-caret under the offending column.
+torch functions (``torch.*``, ``F.*``, ``torch.linalg.*``) and tensor methods, and keyword
+arguments. Functions with effects outside the expression (saving, loading, seeding, global
+settings, in-place methods) are refused. Anything else is a clear error with a caret.
 """
 from __future__ import annotations
 
 import ast
+import operator
 from typing import Mapping
 
 import ir
-from ir import ops
 from ir.errors import did_you_mean
 
 MAX_DEPTH = 200  # nesting of the syntax tree walked (recursively) by the evaluator
 # Operators Python's parser rejects that people type for torch ones (the caret says where).
 TYPOS = {"@@": "'@' (matrix product)", "&&": "'*' (a product)", "||": "torch.maximum"}
-SYMBOLS = {ast.BitXor: "^", ast.BitAnd: "&", ast.BitOr: "|", ast.Pow: "**", ast.Mod: "%",
-           ast.FloorDiv: "//", ast.LShift: "<<", ast.RShift: ">>"}
+SYMBOLS = {ast.BitXor: "^", ast.BitAnd: "&", ast.BitOr: "|", ast.Mod: "%",
+           ast.LShift: "<<", ast.RShift: ">>"}
+BINARY = {ast.MatMult: operator.matmul, ast.Add: operator.add, ast.Sub: operator.sub,
+          ast.Mult: operator.mul, ast.Div: operator.truediv, ast.Pow: operator.pow,
+          ast.FloorDiv: operator.floordiv}
+COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.Eq: operator.eq, ast.NotEq: operator.ne}
+# Names whose call acts outside the expression (files, RNG, global state), or leaves torch.
+REFUSED = {"save", "load", "from_file", "compile", "seed", "manual_seed", "initial_seed",
+           "use_deterministic_algorithms", "backward", "register_hook", "numpy", "tolist",
+           "item", "data_ptr", "storage", "untyped_storage", "share_memory_", "pin_memory",
+           "cuda", "cpu", "to", "record_stream", "apply_", "map_", "detach_", "requires_grad_",
+           "retain_grad", "exec", "eval"}
 
 
 class TorchExprError(ValueError):
@@ -35,54 +50,55 @@ class TorchExprError(ValueError):
         super().__init__(text)
 
 
-# Functions reachable as F.name / torch.name (and bare name). Each mirrors torch's signature.
-METHOD_ONLY = {"OpError", "view", "slice", "unfold", "expand"}  # not torch.* / F.* functions
-FUNCTIONS = {name: getattr(ops, name) for name in ops.__all__ if name not in METHOD_ONLY}
-
-# Tensor methods: x.name(*args) calls FUNCTIONS-like builders with x as the first argument.
-METHODS = {name: getattr(ops, name) for name in (
-    "matmul", "mm", "bmm", "mv", "dot", "add", "sub", "mul", "div", "maximum", "minimum",
-    "relu", "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "neg", "reciprocal",
-    "sum", "mean", "amax", "amin", "softmax", "log_softmax",
-    "transpose", "permute", "reshape", "view", "flatten", "squeeze", "unsqueeze", "unfold",
-    "expand",
-)}
-METHODS["t"] = lambda x: ops.transpose(x, 0, 1)
-
-BINARY = {ast.MatMult: ops.matmul, ast.Add: ops.add, ast.Sub: ops.sub, ast.Mult: ops.mul,
-          ast.Div: ops.div}
+def _allowed(name: str) -> bool:
+    return not (name.startswith("_") or name.startswith("set_") or name.endswith("_")
+                or name in REFUSED)
 
 
 class Namespace:
-    """``F`` / ``torch``: attribute access looks a function up in ``table``."""
+    """``torch``, ``F`` (``torch.nn.functional``), ``torch.linalg``: the public functions."""
 
-    def __init__(self, name: str, table: dict, children: dict | None = None):
-        self.name, self.table, self.children = name, table, children or {}
+    def __init__(self, name: str, module, children: dict | None = None):
+        self.name, self.module, self.children = name, module, children or {}
+
+    def lookup(self, attr: str):
+        if attr in self.children:
+            return self.children[attr]
+        fn = getattr(self.module, attr, None) if _allowed(attr) else None
+        return fn if callable(fn) and not isinstance(fn, type) else None
+
+    def names(self) -> list[str]:
+        return [n for n in dir(self.module) if _allowed(n)] + list(self.children)
 
 
 class Value:
-    """A tensor-valued intermediate: wraps an ``ir.Tensor`` or ``ir.Scope``."""
+    """A tensor-valued intermediate (a torch tensor while the expression is traced)."""
 
-    def __init__(self, node):
-        self.node = node
+    def __init__(self, tensor):
+        self.tensor = tensor
 
     @property
     def shape(self):
-        return tuple(self.node.shape)
+        return tuple(self.tensor.shape)
 
 
 def _namespaces() -> dict[str, Namespace]:
-    functional = Namespace("torch.nn.functional", FUNCTIONS)
-    nn = Namespace("torch.nn", {}, {"functional": functional})
-    return {"F": functional, "torch": Namespace("torch", FUNCTIONS, {"nn": nn})}
+    import torch
+    import torch.nn.functional as F
+
+    functional = Namespace("torch.nn.functional", F)
+    nn = Namespace("torch.nn", torch.nn, {"functional": functional})
+    linalg = Namespace("torch.linalg", torch.linalg)
+    special = Namespace("torch.special", torch.special)
+    return {"F": functional, "torch": Namespace("torch", torch, {
+        "nn": nn, "linalg": linalg, "special": special})}
 
 
 class _Evaluator:
-    def __init__(self, source: str, names: Mapping[str, object]):
+    def __init__(self, source: str, tensors: Mapping[str, object]):
         self.source = source
         self.names = dict(_namespaces())
-        for name, t in names.items():
-            self.names[name] = Value(t)
+        self.names.update((name, Value(t)) for name, t in tensors.items())
 
     def error(self, message: str, node: ast.AST | None = None) -> TorchExprError:
         return TorchExprError(message, self.source, self.column(node))
@@ -113,10 +129,11 @@ class _Evaluator:
     def _Name(self, node: ast.Name):
         if node.id in self.names:
             return self.names[node.id]
-        if node.id in FUNCTIONS:
-            return FUNCTIONS[node.id]
+        fn = self.names["torch"].lookup(node.id)
+        if fn is not None:
+            return fn
         declared = [n for n in self.names if n not in ("F", "torch")]
-        hint = did_you_mean(node.id, declared + list(FUNCTIONS))
+        hint = did_you_mean(node.id, declared + self.names["torch"].names())
         raise self.error(f"unknown name {node.id!r}{hint} (declared tensors: "
                          f"{', '.join(declared) or 'none'})", node)
 
@@ -126,11 +143,20 @@ class _Evaluator:
     def _List(self, node: ast.List):
         return [self.eval(e) for e in node.elts]
 
+    def _Slice(self, node: ast.Slice):
+        return slice(*(None if x is None else self._index(self.eval(x), x)
+                       for x in (node.lower, node.upper, node.step)))
+
+    def _index(self, x, node):
+        if isinstance(x, int) and not isinstance(x, bool):
+            return x
+        raise self.error(f"expected an integer index, got {type(x).__name__}", node)
+
     # -- operators -----------------------------------------------------------------------
     def _UnaryOp(self, node: ast.UnaryOp):
         x = self.eval(node.operand)
         if isinstance(node.op, ast.USub):
-            return Value(ops.neg(x.node)) if isinstance(x, Value) else self._number(x, node) * -1
+            return Value(-x.tensor) if isinstance(x, Value) else -self._number(x, node)
         if isinstance(node.op, ast.UAdd):
             return x
         raise self.error(f"unsupported unary operator {type(node.op).__name__}", node)
@@ -142,46 +168,46 @@ class _Evaluator:
 
     def _BinOp(self, node: ast.BinOp):
         a, b = self.eval(node.left), self.eval(node.right)
-        if not isinstance(a, Value) and not isinstance(b, Value):  # plain arithmetic: 2*w+1
-            a, b = self._number(a, node.left), self._number(b, node.right)
-            if isinstance(node.op, ast.Add):
-                return a + b
-            if isinstance(node.op, ast.Sub):
-                return a - b
-            if isinstance(node.op, ast.Mult):
-                return a * b
-            if isinstance(node.op, ast.FloorDiv) and b:
-                return a // b
-            raise self.error(f"unsupported arithmetic {ast.unparse(node)}", node)
         fn = BINARY.get(type(node.op))
         if fn is None:
             symbol = SYMBOLS.get(type(node.op), type(node.op).__name__)
-            raise self.error(f"operator {symbol!r} is not supported on tensors here (use "
-                             f"{', '.join(('@', '+', '-', '*', '/'))} or a function)", node)
+            raise self.error(f"operator {symbol!r} is not supported here (use "
+                             f"{', '.join(('@', '+', '-', '*', '/', '**'))} or a function)", node)
+        if not isinstance(a, Value) and not isinstance(b, Value):  # plain arithmetic: 2*w+1
+            a, b = self._number(a, node.left), self._number(b, node.right)
         return self._apply(fn, [a, b], {}, node, f"operator {type(node.op).__name__}")
+
+    def _Compare(self, node: ast.Compare):
+        if len(node.ops) != 1 or type(node.ops[0]) not in COMPARE:
+            raise self.error("only one comparison (<, <=, >, >=, ==, !=) at a time", node)
+        a, b = self.eval(node.left), self.eval(node.comparators[0])
+        return self._apply(COMPARE[type(node.ops[0])], [a, b], {}, node, "comparison")
+
+    def _Subscript(self, node: ast.Subscript):
+        owner = self.eval(node.value)
+        if not isinstance(owner, Value):
+            raise self.error(f"only tensors can be indexed, not {type(owner).__name__}", node)
+        index = self.eval(node.slice)
+        return self._apply(operator.getitem, [owner, index], {}, node, "indexing")
 
     # -- calls ---------------------------------------------------------------------------
     def _Attribute(self, node: ast.Attribute):
-        if node.attr.startswith("_"):
-            raise self.error(f"attribute {node.attr!r} is not allowed", node)
         owner = self.eval(node.value)
+        if not _allowed(node.attr) and node.attr not in ("T", "mT", "H", "mH"):
+            raise self.error(f"{node.attr!r} is not allowed here (it acts outside the "
+                             "expression, in place, or is private)", node)
         if isinstance(owner, Namespace):
-            if node.attr in owner.children:
-                return owner.children[node.attr]
-            if node.attr in owner.table:
-                return owner.table[node.attr]
-            hint = did_you_mean(node.attr, list(owner.table) + list(owner.children))
-            known = "" if hint else " (supported: " + (", ".join(sorted(owner.table))
-                                                       or ", ".join(sorted(owner.children))) + ")"
-            raise self.error(f"unknown function {ast.unparse(node)}{hint}{known}", node)
+            fn = owner.lookup(node.attr)
+            if fn is not None:
+                return fn
+            hint = did_you_mean(node.attr, owner.names())
+            raise self.error(f"unknown function {ast.unparse(node)}{hint}", node)
         if isinstance(owner, Value):
-            if node.attr == "T":
-                return Value(ops.permute(owner.node, *reversed(range(len(owner.shape)))))
-            if node.attr in METHODS:
-                return _BoundMethod(owner, METHODS[node.attr], node.attr)
-            hint = did_you_mean(node.attr, METHODS)
-            raise self.error(f"unknown tensor method .{node.attr}{hint}" + ("" if hint else (
-                f" (supported: {', '.join(sorted(METHODS))})")), node)
+            attr = getattr(owner.tensor, node.attr, None)
+            if attr is None:
+                hint = did_you_mean(node.attr, [n for n in dir(owner.tensor) if _allowed(n)])
+                raise self.error(f"unknown tensor attribute .{node.attr}{hint}", node)
+            return Value(attr) if _is_tensor(attr) else attr
         raise self.error(f"{type(owner).__name__} has no attribute {node.attr!r}", node)
 
     def _Call(self, node: ast.Call):
@@ -196,35 +222,37 @@ class _Evaluator:
             if kw.arg is None:
                 raise self.error("**kwargs is not supported", kw.value)
             kwargs[kw.arg] = self.eval(kw.value)
-        name = ast.unparse(node.func)
-        if isinstance(fn, _BoundMethod):
-            return self._apply(fn.fn, [fn.owner] + args, kwargs, node, f".{fn.name}")
         if callable(fn) and not isinstance(fn, (Value, Namespace)):
-            return self._apply(fn, args, kwargs, node, name)
-        raise self.error(f"{name} is not a function", node)
+            return self._apply(fn, args, kwargs, node, ast.unparse(node.func))
+        raise self.error(f"{ast.unparse(node.func)} is not a function", node)
 
     def _apply(self, fn, args, kwargs, node, what: str):
         raw_args = [_unwrap(a) for a in args]
         raw_kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
         try:
             result = fn(*raw_args, **raw_kwargs)
-        except ops.OpError as e:
-            raise self.error(str(e), node) from None
-        except TypeError as e:
-            raise self.error(f"{what}: {e}", node) from None
-        return Value(result) if isinstance(result, (ir.Tensor, ir.Scope)) else result
+        except TorchExprError:
+            raise
+        except (TypeError, RuntimeError, ValueError, IndexError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise self.error(f"{what}: {first}", node) from None
+        if isinstance(result, (list, tuple)):
+            return type(result)(Value(r) if _is_tensor(r) else r for r in result)
+        return Value(result) if _is_tensor(result) else result
 
 
-class _BoundMethod:
-    def __init__(self, owner: Value, fn, name: str):
-        self.owner, self.fn, self.name = owner, fn, name
+def _is_tensor(x) -> bool:
+    import torch
+    return isinstance(x, torch.Tensor)
 
 
 def _unwrap(x):
     if isinstance(x, Value):
-        return x.node
+        return x.tensor
     if isinstance(x, (list, tuple)):
         return type(x)(_unwrap(v) for v in x)
+    if isinstance(x, slice):
+        return slice(_unwrap(x.start), _unwrap(x.stop), _unwrap(x.step))
     return x
 
 
@@ -233,8 +261,10 @@ def build(source: str, tensors: Mapping[str, object]) -> ir.Scope:
 
     ``tensors`` maps a name to an ``ir.Tensor`` or a shape tuple.
     """
-    bound = {n: t if isinstance(t, ir.Tensor) else ir.Tensor(n, tuple(int(d) for d in t))
-             for n, t in tensors.items()}
+    from ollie.capture.expression import CaptureError, capture_expression
+
+    shapes = {n: tuple(int(d) for d in (t.shape if isinstance(t, ir.Tensor) else t))
+              for n, t in tensors.items()}
     text = source.strip()
     try:
         tree = ast.parse(text, mode="eval")
@@ -249,13 +279,18 @@ def build(source: str, tensors: Mapping[str, object]) -> ir.Scope:
     if depth > MAX_DEPTH:
         raise TorchExprError(f"the expression is nested {depth} levels deep; at most "
                              f"{MAX_DEPTH} are accepted")
-    value = _Evaluator(text, bound).eval(tree.body)
-    if isinstance(value, Value) and isinstance(value.node, ir.Scope):
-        return value.node
-    if isinstance(value, Value):
-        raise TorchExprError(f"the expression is just the input tensor {value.node.name!r}; "
-                             "apply an operation to it")
-    raise TorchExprError(f"the expression evaluates to {type(value).__name__}, not a tensor")
+
+    def program(*xs):
+        value = _Evaluator(text, dict(zip(shapes, xs))).eval(tree.body)
+        if isinstance(value, Value):
+            return value.tensor
+        raise TorchExprError(f"the expression evaluates to {type(value).__name__}, "
+                             "not a tensor")
+
+    try:
+        return capture_expression(program, shapes)
+    except CaptureError as e:
+        raise TorchExprError(str(e)) from None
 
 
 def _syntax_message(msg: str, text: str, column: int) -> str:
