@@ -24,9 +24,9 @@ from sympy.polys.rings import ring
 from ir.interpreter import Interpreter, Labelled, _union
 from ir.nodes import Binary, BinOp, Const, Reduce, Scope, UnOp, Unary, inputs, sub_scopes, walk
 
-from derivations.synthesis import exact
+from derivations.synthesis import elementary, exact
 
-__all__ = ["ExactInterpreter", "Formal", "Poly", "Deps", "is_polynomial", "symbolic_inputs",
+__all__ = ["ExactInterpreter", "Formal", "Poly", "Deps", "Dep", "is_polynomial", "symbolic_inputs",
            "run"]
 
 
@@ -48,18 +48,18 @@ class Formal:
         if op is UnOp.NEG:
             return exact.neg(x)
         if op is UnOp.EXP:
-            return exact.exp(x)
+            return elementary.exp(x)
         if op is UnOp.LOG:
-            return exact.log(x)
+            return elementary.log(x)
         if op is UnOp.RECIP:
-            return exact.div(1, x)
-        return exact.func(op.value, x)
+            return elementary.div(1, x)
+        return elementary.func(op.value, x)
 
     def binary(self, op: BinOp, a, b):
         if op is BinOp.DIV:
-            return exact.div(a, b)
+            return elementary.div(a, b)
         if op in (BinOp.MAX, BinOp.MIN):
-            return exact.maxn(op.value, [a, b])
+            return elementary.maxn(op.value, [a, b])
         if op is BinOp.POW:
             b = exact.num(b)
             if isinstance(b, int) and 0 <= b <= 8:
@@ -67,11 +67,11 @@ class Formal:
                 for _ in range(b):
                     out = exact.mul(out, a)
                 return out
-            return exact.func("pow", a, b)
+            return elementary.func("pow", a, b)
         raise AssertionError(op)
 
     def reduce(self, op: Reduce, values):
-        return exact.maxn(op.value, values)
+        return elementary.maxn(op.value, values)
 
 
 class Poly:
@@ -94,13 +94,49 @@ class Poly:
         raise AssertionError("max/min is not polynomial")
 
 
+class Dep:
+    """The set of input elements a value reads, for NaN in, NaN out: IEEE arithmetic
+    propagates a NaN input through every + - * and function, even times 0. Constants read
+    nothing (``Dep(frozenset())``). The int ``0`` is a zero read outside a tensor
+    (padding): it reads nothing, and when ``Dep.padding`` is set, a product with it reads
+    nothing either (padding is a structural zero, as libraries treat it: they skip such
+    products rather than multiply by 0)."""
+
+    __slots__ = ("vars",)
+    padding = False   # set by verify.compare_exact for nan="padding"
+
+    def __init__(self, vars_: frozenset):
+        self.vars = vars_
+
+    def _join(self, other):
+        return Dep(self.vars | other.vars) if isinstance(other, Dep) else self
+
+    def _times(self, other):
+        if isinstance(other, Dep):
+            return Dep(self.vars | other.vars)
+        return 0 if other == 0 and Dep.padding else self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = _join
+    __truediv__ = __rtruediv__ = _join
+    __mul__ = __rmul__ = _times
+
+    def __neg__(self):
+        return self
+
+    def __eq__(self, other):
+        return isinstance(other, Dep) and self.vars == other.vars
+
+    def __hash__(self):
+        return hash(self.vars)
+
+
 class Deps:
-    """The input elements read (``exact.Dep``): every operation joins its operands' sets."""
+    """The input elements read (``Dep``): every operation joins its operands' sets."""
 
     name = "deps"
 
     def const(self, v):
-        return exact.Dep(frozenset())
+        return Dep(frozenset())
 
     def unary(self, op, x):
         return x
@@ -111,7 +147,7 @@ class Deps:
     def reduce(self, op, values):
         if all(isinstance(v, int) and v == 0 for v in values):
             return 0  # a max of padding zeros is a padding zero
-        out = exact.Dep(frozenset())
+        out = Dep(frozenset())
         for v in values:
             out = out + v
         return out
@@ -212,7 +248,7 @@ def symbolic_inputs(scopes, algebra) -> dict[str, np.ndarray]:
         gens = ring([f"{n}_{'_'.join(map(str, i))}" for n, i in cells] or ["unused"], QQ)[1:]
         value = dict(zip(cells, gens))
     elif isinstance(algebra, Deps):
-        value = {c: exact.Dep(frozenset({c})) for c in cells}
+        value = {c: Dep(frozenset({c})) for c in cells}
     else:
         value = {c: exact.var(*c) for c in cells}
     env = {}

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from derivations.synthesis import exact
+from derivations.synthesis import elementary, exact
 from derivations.synthesis.lang import VARS, rank
 
 __all__ = ["Fingerprint", "fingerprint", "evaluate", "N", "random_operands"]
 
 N = 3           # extent of every operand dimension in fingerprints
 RANGE = 6       # mixed operands are drawn from -RANGE..RANGE, positive ones from 1..RANGE+3
-_EXP = np.frompyfunc(exact.exp, 1, 1)
-_LOG = np.frompyfunc(exact.log, 1, 1)
+_EXP = np.frompyfunc(elementary.exp, 1, 1)
+_LOG = np.frompyfunc(elementary.log, 1, 1)
 
 
 def _obj(v) -> np.ndarray:

@@ -38,7 +38,7 @@ from ir.nodes import Scope, inputs
 
 from derivations.synthesis import exact
 from derivations.synthesis.exact_interp import (
-    Deps, Formal, Poly, is_polynomial, run, symbolic_inputs,
+    Dep, Deps, Formal, Poly, is_polynomial, run, symbolic_inputs,
 )
 from derivations.synthesis.lang import rank, sums, to_ir, to_text, variables
 
@@ -116,11 +116,11 @@ def compare_exact(a: Scope, b: Scope, positive=(), nan: str = "strict") -> Verdi
     if nan != "values":
         deps = Deps()
         env = symbolic_inputs((a, b), deps)
-        exact.Dep.padding = nan == "padding"
+        Dep.padding = nan == "padding"
         try:
             x, y = run(a, env, deps), run(b, env, deps)
         finally:
-            exact.Dep.padding = False
+            Dep.padding = False
         for pos in itertools.product(*(range(d) for d in a.shape)):
             if _vars(x[pos]) != _vars(y[pos]):
                 missing = sorted(_vars(x[pos]) ^ _vars(y[pos]))[:3]
@@ -136,7 +136,7 @@ def _values_only(v):
 
 
 def _vars(d) -> frozenset:
-    return d.vars if isinstance(d, exact.Dep) else frozenset()
+    return d.vars if isinstance(d, Dep) else frozenset()
 
 
 # -- synthesized rules ---------------------------------------------------------------------------
