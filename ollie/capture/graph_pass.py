@@ -18,6 +18,7 @@ from ollie import cache, region as region_mod
 from ollie.capture import regions as regions_mod
 from ollie.capture import rewrite
 from ollie.cost.timing import interleaved_times
+from ollie.numerics import max_relative_error, tolerance
 
 ADOPTION_MARGIN = region_mod.ADOPTION_MARGIN
 
@@ -114,12 +115,24 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     if not adopted:
         return None, report
     new, mapping = rewrite.copy_graph(gm)
+    spliced = 0
     for region, rr in adopted:
         kernel = rr.kernel
         operands = [values[region.inputs[name]] for name in kernel.input_names]
         traced = rewrite.trace_kernel(kernel, operands, region.root.meta["val"], decompositions)
+        # What runs is the traced graph, so it is what is checked (a kernel whose work the
+        # trace cannot see, such as a raw Triton launch, would leave its output unwritten).
+        with torch.no_grad():
+            error = max_relative_error(traced(*operands), values[region.root])
+        if not error <= tolerance(values[region.root].dtype):
+            rr.kernel = None
+            rr.decision = f"kept: the program traced into ATen differs (error {error:.2e})"
+            continue
         rewrite.splice(new, mapping[region.root],
                        [mapping[region.inputs[name]] for name in kernel.input_names], traced)
+        spliced += 1
+    if not spliced:
+        return None, report
     rewrite.finish(new, example_inputs)
     return new, report
 

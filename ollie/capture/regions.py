@@ -140,9 +140,9 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
 def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     """Why ``region`` is NOT worth deriving, or None when it is.
 
-    Derivations pay off where a reduction's iteration space is much larger than the data it
-    reads (a contraction, possibly in disguise: a matmul, a conv, a broadcast product summed
-    away): that is where contraction orders, distributivity and the EinNet forms change the
+    Derivations pay off where a reduction's iteration space is much larger than the data
+    the region reads (a contraction, possibly in disguise: a matmul, a conv, a broadcast
+    product summed away): that is where contraction orders, distributivity and the EinNet forms change the
     work. Elementwise chains and plain reductions are left to Inductor, which fuses them into
     one loop anyway. And a lone library operator over plain operands is already what the
     library does best on a CPU (measured: conv, conv transpose and dilated conv keep the
@@ -152,7 +152,10 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     compute = region.compute_ops
     if not compute:
         return "only moves data"
-    if not any(_dense(s) for s in ir.sub_scopes(inline_views(region.expr))):
+    expr = inline_views(region.expr)
+    data = sum(ir.analysis.numel(t) for t in ir.inputs(expr).values())
+    if not any(s.summation and ir.analysis.iteration_points(s) > 2 * data
+               for s in ir.sub_scopes(expr)):
         return "no contraction (elementwise work and plain reductions: Inductor fuses them)"
     if len(compute) >= 2 or on_gpu:
         return None
@@ -163,14 +166,6 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     if all(m.target.overloadpacket in plain for m in region.members if m not in compute):
         return f"a single {describe(compute[0])} over plain operands"
     return None
-
-
-def _dense(scope: ir.Scope) -> bool:
-    """A reduction over at least twice as many points as the elements it reads."""
-    if not scope.summation:
-        return False
-    read = sum(ir.analysis.numel(s) for s in {a.source for a in ir.accesses(scope.body)})
-    return ir.analysis.iteration_points(scope) > 2 * read
 
 
 def _offset_from_first_element(node: fx.Node, args: list, kwargs: dict):
