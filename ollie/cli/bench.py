@@ -111,6 +111,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
                 out = compiled(*args)
             row["compile_error"] = max_relative_error(out, expected)
             variants["compile"] = lambda: compiled(*args)
+            variants["compile_copy"] = lambda: compiled(*args)  # noise control: same code
             row["compile_note"] = ""
         except Exception as e:  # compile failing is a result, not a crash
             row["compile_note"] = f"failed: {_first_line(e)}"
@@ -137,6 +138,8 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     row["ollie_ms"] = times["ollie"] * 1e3
     row["eager_over_ollie"] = times["eager"] / times["ollie"]
     row["compile_over_ollie"] = (times["compile"] / times["ollie"]) if "compile" in times else None
+    # Two timings of one compiled function: how far apart identical code measures here.
+    row["noise"] = (times["compile_copy"] / times["compile"]) if "compile" in times else None
     return row
 
 
@@ -178,17 +181,20 @@ def table(rows: list[dict], scale: float):
                     "median ms per call)", caption=_load_warning())
     for col, justify in (("case", "left"), ("eager ms", "right"), ("compile ms", "right"),
                          ("ollie ms", "right"), ("eager/ollie", "right"),
-                         ("compile/ollie", "right"), ("max rel err", "right"), ("match", "center"),
-                         ("ollie plan", "left")):
+                         ("compile/ollie", "right"), ("noise", "right"),
+                         ("first call s (compile / ollie)", "right"), ("max rel err", "right"),
+                         ("match", "center"), ("ollie plan", "left")):
         t.add_column(col, justify=justify)
     for r in rows:
         if "error" in r:
-            t.add_row(r["case"], "—", "—", "—", "—", "—", "—", "[red]✗[/]",
+            t.add_row(r["case"], "—", "—", "—", "—", "—", "—", "—", "—", "[red]✗[/]",
                       f"[red]{r['error']}[/]")
             continue
         compile_ms = _ms(r["compile_ms"]) if r["compile_ms"] is not None else r["compile_note"]
         t.add_row(r["case"], _ms(r["eager_ms"]), compile_ms, _ms(r["ollie_ms"]),
                   _ratio(r["eager_over_ollie"]), _ratio(r["compile_over_ollie"]),
+                  _ratio(r.get("noise")),
+                  f"{r.get('compile_warmup_s', '—')} / {r['ollie_warmup_s']}",
                   f"{r['max_rel_error']:.1e}", "[green]✓[/]" if r["match"] else "[red]✗[/]",
                   r["ollie_plan"])
     return t

@@ -248,3 +248,9 @@ def test_reading_layout_recompiles_per_layout():
     assert torch.equal(g(t), windows(t))
     s = torch.randn(20)[3:19].view(4, 4)  # same shape and strides, other storage offset
     assert torch.equal(g(s), windows(s))
+
+
+def test_the_package_declares_its_dynamo_backend_entry_point():
+    from importlib.metadata import entry_points
+    points = {e.name: e.value for e in entry_points(group="torch_dynamo_backends")}
+    assert points.get("ollie") == "ollie.capture.backend:ollie"
