@@ -202,10 +202,10 @@ def ollie(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None)
 
 
 def register() -> None:
-    """Make ``backend="ollie"`` known to torch.compile (the package's entry point does the
-    same for an installed Ollie)."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    """Make ``backend="ollie"`` known to torch.compile. An installed Ollie is also known
+    through its entry point, which Dynamo loads itself (registering here as well would make
+    Dynamo's own registration of it fail as a duplicate)."""
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
 
-    if _COMPILER_FNS.get("ollie") is not ollie:
-        _COMPILER_FNS.pop("ollie", None)
+    if "ollie" not in _COMPILER_FNS and _BACKENDS.get("ollie") is None:
         register_backend(ollie, name="ollie")

@@ -254,3 +254,21 @@ def test_the_package_declares_its_dynamo_backend_entry_point():
     from importlib.metadata import entry_points
     points = {e.name: e.value for e in entry_points(group="torch_dynamo_backends")}
     assert points.get("ollie") == "ollie.capture.backend:ollie"
+
+
+@pytest.mark.parametrize("first", ["torch", "ollie"])
+def test_backend_name_works_in_a_fresh_process(first):
+    """Imported first or not imported at all, "ollie" resolves (the entry point and the
+    registration on import must not clash)."""
+    import subprocess
+    import sys
+    script = ("import torch\n" if first == "torch" else "import ollie, torch\n") + (
+        "f = torch.compile(lambda a, b: (a @ b).relu(), backend='ollie',"
+        " options={'inductor': False})\n"
+        "a = torch.randn(8, 8)\n"
+        "assert torch.allclose(f(a, a), (a @ a).relu())\n"
+        "import ollie\n"
+        "assert torch.allclose(f(a, a), (a @ a).relu())\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-1500:]
