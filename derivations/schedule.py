@@ -26,7 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from egglog import EGraph, run, seq
+from egglog import EGraph, eq, run, seq, var
+
+from derivations.lang import EBody
 
 from derivations.rules import Rules
 
@@ -176,22 +178,46 @@ def _facts_of(rulesets: tuple[Rules, ...]) -> list[Rules]:
     return out
 
 
+def _step(rulesets: list[Rules]):
+    """One iteration's egglog schedule: the facts they need to saturation, then each once."""
+    facts = _facts_of(tuple(rulesets))
+    parts = [run(r.ruleset).saturate() for r in facts] + \
+        [run(r.ruleset) for r in rulesets if not r.analysis]
+    return seq(*parts) if parts else None
+
+
+def _has_ops(egraph: EGraph, ops: tuple[str, ...]) -> bool:
+    """Is some body term ``un(op, _)``, ``op`` in ``ops``, in the e-graph? (A ruleset whose
+    every left side reads such a term waits until one is: its rules cost nothing before.)"""
+    try:
+        if not egraph.function_size(EBody.un):
+            return False
+    except Exception:  # no unary term was ever declared in this e-graph
+        return False
+    x, y = var("x", EBody), var("y", EBody)
+    return any(egraph.check_bool(eq(y).to(EBody.un(op, x))) for op in ops)
+
+
 def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
                  index: "IndexPass | None" = None,
                  on_iteration: "Callable[[Report, float], None] | None" = None) -> Report:
     """Run ``rulesets`` (and the index rules of ``index``, after each egglog step) on
     ``egraph`` until saturated or a budget stops it; ``on_iteration(report, seconds)`` is
     called after each iteration (for a progress line)."""
-    explore = [r for r in rulesets if not r.analysis]
-    facts = _facts_of(tuple(rulesets))
-    parts = [run(r.ruleset).saturate() for r in facts] + [run(r.ruleset) for r in explore]
-    step = seq(*parts) if parts else None
+    active = [r for r in rulesets if not r.ops]
+    waiting = [r for r in rulesets if r.ops]  # they join once the e-graph has their ops
+    step = _step(active)
     report = Report(rulesets=tuple(r.name for r in rulesets)
                     + tuple(r.name for r in (index.rules if index else ())))
     report.nodes, report.facts = egraph_size(egraph)
     start = time.perf_counter()
     last_seconds, last_growth = 0.0, 0
     while True:
+        joined = [r for r in waiting if _has_ops(egraph, r.ops)]  # e-graphs only grow
+        if joined:
+            waiting = [r for r in waiting if r not in joined]
+            active += joined
+            step = _step(active)
         elapsed = time.perf_counter() - start
         if step is None and index is None:
             report.stop = "saturated"

@@ -133,9 +133,19 @@ def _vars(t: tuple) -> set[str]:
     return set().union(*(_vars(c) for c in t[1:]))
 
 
+def _ops(rules: list[Rule]) -> tuple[str, ...]:
+    """``("exp", "log")`` when every left side of every direction reads one of them (so the
+    ruleset can wait until the e-graph has one), else ``()``: always run."""
+    ops = {"exp", "log"}
+    if all(side[0] == "var" or ops_of(side) & ops for r in rules for side in (r.lhs, r.rhs)):
+        return tuple(sorted(ops))
+    return ()
+
+
 def _build() -> Rules:
     rules = []
-    for r in loaded_rules():
+    rules_loaded = loaded_rules()
+    for r in rules_loaded:
         for lhs, rhs in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
             if lhs[0] == "var":
                 continue
@@ -144,7 +154,7 @@ def _build() -> Rules:
                 rules.append(built)
     return Rules("generated", "synthesized exp/log rules (derivations/rules/generated.py) on "
                  "the factors of sum nodes", ruleset(*rules, name="generated"),
-                 needs=(PROVENANCE, POSITIVITY))
+                 needs=(PROVENANCE, POSITIVITY), ops=_ops(rules_loaded))
 
 
 GENERATED = _build()

@@ -61,3 +61,21 @@ def test_rule_names_fit_in_a_rule_chain():
     for r in loaded_rules():
         name = rule_name(r.lhs, r.rhs, r.positive)
         assert " " not in name and "->" in name
+
+
+def test_a_ruleset_with_ops_waits_until_the_egraph_has_one():
+    """The schedule runs ``generated`` (ops exp, log) only once such a term exists: until
+    then its rules could not match, and registering them would cost every derivation."""
+    import dataclasses
+
+    from egglog import MultiSet, Set, String, rule, ruleset, set_, var
+
+    from derivations.lang import EBody, EScope, made_by
+
+    out, sums, fs = var("o", Set[String]), var("s", Set[String]), var("f", MultiSet[EBody])
+    always = ruleset(rule(EScope.sum(out, sums, fs), name="touch").then(
+        set_(made_by(out, sums, fs)).to("")))
+    probe = dataclasses.replace(GENERATED, name="probe", ruleset=always, needs=())
+    plain = derive(parse("x: f32[8]\nT[i] = x[i] * 2"), rulesets=(probe,))
+    with_exp = derive(parse("x: f32[8]\nT[i] = exp(x[i]) * 2"), rulesets=(probe,))
+    assert "touch" not in plain.report.firings and with_exp.report.firings.get("touch")
