@@ -16,3 +16,5 @@ See docs/rules.md.
 """
 from derivations.synthesis.lang import Rule, parse, parse_rule, rule_text, to_ir  # noqa: F401
 from derivations.synthesis.verify import compare_exact, verify_rule  # noqa: F401
+
+__all__ = ["Rule", "parse", "parse_rule", "rule_text", "to_ir", "compare_exact", "verify_rule"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import textwrap
 from pathlib import Path
 
 from derivations.synthesis.handwritten import hand_written_rules
@@ -113,13 +114,15 @@ def render(syn: Synthesis, tags: list[str]) -> str:
         entry = f"    ({text!r}, {tag!r}),"
         lines.append(f"{entry:<{width}}  # {math_text(r)}")
     new = sum(tag == "new" for tag in tags)
-    ops = ", ".join(syn.ops)
+    about = textwrap.fill(
+        f"Synthesized (:mod:`derivations.synthesis`) from every term of up to {syn.size} nodes "
+        f"over {', '.join(syn.ops)}: {syn.enumerated} terms enumerated, {syn.pairs} candidate "
+        f"pairs ({syn.distinct} up to renaming operands), {len(syn.verified)} verified, "
+        f"{len(syn.kept)} kept after pruning ({new} new, {len(syn.kept) - new} derived by the "
+        f"hand-written algebra).", width=92)
     return f'''"""Generated rules. Written by ``ollie rules synthesize``: do not edit, regenerate.
 
-Synthesized (:mod:`derivations.synthesis`) from every term of up to {syn.size} nodes over
-{ops}: {syn.enumerated} terms enumerated, {syn.pairs} candidate pairs ({syn.distinct} up to
-renaming operands), {len(syn.verified)} verified, {len(syn.kept)} kept after pruning
-({new} new, {len(syn.kept) - new} derived by the hand-written algebra).
+{about}
 
 One rule a line: ``lhs = rhs`` (used in both directions; ``if a > 0``: only where the
 e-graph proves ``a`` positive), its tag, and its math. ``derivations.rules.synthesized``
