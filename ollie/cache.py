@@ -138,6 +138,7 @@ class CacheRefused(OSError):
 
 ENTRY_CAP = 4 << 20          # bytes an entry file may have (entries are a few KiB)
 _warned: set[str] = set()    # folders already warned about, once per process
+_swept: set[str] = set()     # folders whose dead writers' files were removed, once per process
 
 
 class Cache:
@@ -152,7 +153,6 @@ class Cache:
                  versions: dict | None = None):
         self.dir = Path(cache_dir).expanduser() if cache_dir is not None else default_dir()
         self.versions = dict(versions) if versions is not None else current_versions()
-        self._cleaned = False
 
     @property
     def entries_dir(self) -> Path:
@@ -205,6 +205,7 @@ class Cache:
         path = self.path(key)
         if not path.parent.exists() or not self.usable:
             return None
+        self._sweep()
         envelope = self._read(path)
         if envelope is None or not self._valid(envelope, key):
             return None
@@ -248,13 +249,19 @@ class Cache:
         try:
             if not self.ensure_dir(target.parent):
                 return False
-            if not self._cleaned:  # once per Cache: dead writers' leftovers
-                self._cleaned = True
-                safe_files.remove_orphans(target.parent)
+            self._sweep()
             atomic_write(target, data)
             return True
         except OSError:
             return False
+
+    def _sweep(self) -> int:
+        """Remove dead writers' temporary files (a killed process leaves its ``.tmp``), once
+        per folder and process: the first read or write does it."""
+        if str(self.dir) in _swept:
+            return 0
+        _swept.add(str(self.dir))
+        return sum(safe_files.remove_orphans(d) for d in (self.entries_dir, self.dir))
 
     def update(self, key: str, **fields) -> bool:
         """Rewrite the entry under ``key`` with ``fields`` changed (False if it is gone)."""
@@ -320,7 +327,7 @@ class Cache:
             env = self._read(f)
             if env is None or not self._valid(env) or self.path(env["key"]) != f:
                 removed += _unlink(f)
-        return removed + safe_files.remove_orphans(self.entries_dir)
+        return removed + sum(safe_files.remove_orphans(d) for d in (self.entries_dir, self.dir))
 
     def clear(self, measurements: bool = False) -> int:
         """Remove every entry (and, if asked, the measurement dataset); the count removed."""
