@@ -32,15 +32,12 @@ SCRIPT = textwrap.dedent("""
     err = ((out - (a @ b) @ c).abs().max() / (a @ b @ c).abs().max()).item()
 
     # Per-call overhead: the optimized call against the chosen kernel called directly, and
-    # against that kernel compiled by torch.compile itself (Dynamo's guards and AOTAutograd's
-    # wrappers cost the same there: what is left is Ollie's own share).
+    # against the very same compiled code entered without Ollie's wrapper (what is left is
+    # Ollie's own share: Dynamo's guards and AOTAutograd's wrappers are torch.compile's).
     inputs = dict(zip(sorted(region.input_names), (a, b, c)))  # arg0_1, arg1_1, arg2_1
     kernel_args = [inputs[n] for n in region.input_names]
-    direct = lambda: region.kernel(*kernel_args)
-    plain = torch.compile(lambda *xs: region.kernel(*xs))
-    compiled = lambda: plain(*kernel_args)
-    wrapped = lambda: f(a, b, c)
-    variants = {"direct": direct, "compiled": compiled, "wrapped": wrapped}
+    variants = {"direct": lambda: region.kernel(*kernel_args),
+                "compiled": lambda: f._compiled(a, b, c), "wrapped": lambda: f(a, b, c)}
     best = {name: [] for name in variants}
     with torch.no_grad():
         for fn in variants.values():
@@ -88,7 +85,7 @@ def test_second_process_hits_the_disk_cache_without_deriving(warmed_cache):
 def test_cached_call_overhead_is_small(warmed_cache):
     cache_dir, _ = warmed_cache
     second = run_process(cache_dir, FORBID_DERIVE="1")
-    assert second["own_overhead_s"] < 15e-6   # beyond what torch.compile's own call costs
+    assert second["own_overhead_s"] < 10e-6   # beyond what torch.compile's own call costs
     assert second["overhead_s"] < 200e-6      # everything, against a bare Python call (load!)
 
 
