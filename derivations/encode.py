@@ -67,6 +67,7 @@ class Encoding:
         self.products: dict[Term, tuple] = {}     # encoded sum term -> (factors, product tree)
         self._refs: Counter = Counter()
         self._positional: dict[int, Term] = {}
+        self._own_order: dict[int, tuple[str, ...]] = {}  # id(scope) -> its encoded axis order
         self._renamed: dict[tuple, Term] = {}
         self._decoded: dict[tuple, Scope] = {}
         self._interned: dict[Scope, Scope] = {}
@@ -80,6 +81,7 @@ class Encoding:
         """The term of ``root``; call once per Encoding (names are unique within it)."""
         if not isinstance(root, Scope):
             raise EncodeError(f"encode() takes a Scope, got {type(root).__name__}")
+        root = shared(root)
         for s in sub_scopes(root):
             for a in accesses(s.body):
                 if isinstance(a.source, Scope):
@@ -156,6 +158,8 @@ class Encoding:
         else:
             term = Term("reduce", (s.reduce.value, trav, sums, self._body(s.body, env, s)))
         order = self._last_order = tuple(env[it.name] for it in s.traversal)
+        if out is None:
+            self._own_order[id(s)] = order
         self.hints.setdefault((trav, sums), (s.name, s.dtype, order))
         memo[key] = term
         return term
@@ -192,7 +196,10 @@ class Encoding:
         if self._keep:  # a derived scope read positionally: the first one alpha-equal to it
             src = self._alpha.setdefault(fingerprint(src), src)
         inner = self._scope(src, None)
-        return self._positional_access(Term("scope", (inner, self._order(inner))), idx)
+        # the read's indices are in src's own axis order (another scope with the same
+        # iterator sets may have registered another order as the hint)
+        order = self._own_order.get(id(src)) or self._order(inner)
+        return self._positional_access(Term("scope", (inner, order)), idx)
 
     def _plain(self, idx: list[sympy.Expr], src: Scope) -> bool:
         """Distinct iterators, each with exactly the range of the source axis it reads.
@@ -290,6 +297,40 @@ class Encoding:
         out, sums = t.args[:2] if t.op == "sum" else t.args[1:3]
         hint = self.hints.get((out, sums))
         return hint[2] if hint else tuple(self._sorted(out))
+
+
+def shared(root: Scope) -> Scope:
+    """``root`` with sub-scopes equal up to iterator names made one object: a program that
+    computes ``A @ B`` twice (or reads two copies of one layout) shares it, as one e-class
+    read from two places, so rules see the common term (``x - x`` cancels) and extraction
+    counts it once."""
+    rep: dict[str, Scope] = {}
+    done: dict[int, Scope] = {}
+    for s in sub_scopes(root):  # dependencies first
+        body = _with_sources(s.body, done)
+        new = s if body is s.body else Scope(s.traversal, s.summation, body, s.reduce,
+                                             name=s.name, dtype=s.dtype)
+        try:
+            done[id(s)] = rep.setdefault(fingerprint(new), new)
+        except TypeError:  # not a valid program: encoding reports what is wrong with it
+            return root
+    return done[id(root)]
+
+
+def _with_sources(e: Expr, done: dict[int, Scope]) -> Expr:
+    """``e`` with each scope it reads replaced by ``done[id(scope)]`` (``e`` itself if none
+    changes)."""
+    if isinstance(e, Access):
+        src = done.get(id(e.source), e.source) if isinstance(e.source, Scope) else e.source
+        return e if src is e.source else Access(src, e.indices)
+    if isinstance(e, Binary):
+        a, b = _with_sources(e.lhs, done), _with_sources(e.rhs, done)
+        return e if (a, b) == (e.lhs, e.rhs) and a is e.lhs and b is e.rhs else \
+            Binary(e.op, a, b)
+    if isinstance(e, Unary):
+        x = _with_sources(e.x, done)
+        return e if x is e.x else Unary(e.op, x)
+    return e
 
 
 def _product_tree(e: Expr) -> tuple[list[Expr], object]:

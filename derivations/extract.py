@@ -27,7 +27,7 @@ from typing import Callable
 
 from egglog import EGraph
 
-from ir.analysis import iteration_points
+from ir.analysis import flops, iteration_points
 from ir.canonical import fingerprint
 from ir.check import check
 from ir.errors import IRError
@@ -99,7 +99,8 @@ class Derivation:
             ident = _identity(program)
             if ident not in seen:
                 seen[term] = seen[ident] = self._candidate(program, beam.chain(pick), cost, None)
-        ranked = sorted({id(c): c for c in seen.values()}.values(), key=lambda c: c.cost)
+        ranked = sorted({id(c): c for c in seen.values()}.values(),  # equal cost: less work
+                        key=lambda c: (c.cost, sum(map(flops, sub_scopes(c.program)))))
         out: list[Candidate] = []
         for cand in ranked:
             if len(out) == k:

@@ -28,6 +28,7 @@ from ir.analysis import iteration_points
 from ir.nodes import Reduce, Scope, accesses, free_iterators, product_factors, sub_scopes
 from ir.patterns import classify
 from derivations.index_rules import IndexRule
+from derivations.rules.iterator_split import suggest_factors
 
 __all__ = ["TARGETS", "STEERED", "ALGEBRA", "operators", "library_count", "index_complexity", "Guide",
            "guide"]
@@ -99,6 +100,8 @@ class Guide:
                 kept.append(r)
                 continue
             if rule.name in STEERED:
+                if 2 * sum(contraction_points(s) for s in added) <= contraction_points(scope):
+                    kept.append(r)  # it halves the work (a stacked piece's one slot)
                 continue
             if rule.name in ALGEBRA:
                 kept.append(r)
@@ -125,18 +128,33 @@ class Guide:
         return False
 
 
-def contraction_points(s: Scope) -> int:
+def contraction_points(s: Scope, digits: bool = False) -> int:
     """Iteration points of ``s`` once its sums are moved inward as far as they go (what the
     ``split`` rule reaches): summation iterators eliminated greedily, each costing the
-    extents of the iterators its factors read, as a contraction order is chosen."""
+    extents of the iterators its factors read, as a contraction order is chosen. With
+    ``digits``, an iterator read as ``v // a`` by some factors and ``v % a`` by others counts
+    as its two digits (what iterator splitting gives the ``split`` rule: a Kronecker product's
+    factors each read one digit)."""
     if s.reduce is not Reduce.SUM or not s.summation:
         return iteration_points(s)
     extent = {it.name: it.extent for it in s.traversal + s.summation}
-    size = lambda names: math.prod(extent.get(n, 1) for n in names)  # noqa: E731
     factors = [set(free_iterators(f)) for f in product_factors(s.body)]
-    todo, total = {it.name for it in s.summation}, 0
+    sums = {it.name for it in s.summation}
+    if digits:
+        for v, (a, *more) in suggest_factors(s).items():
+            if more:
+                continue
+            high, low = (v, "high"), (v, "low")
+            extent[high], extent[low] = -(-extent[v] // a), a
+            sums |= {high, low} if v in sums else set()
+            sums.discard(v)
+            factors = [f - {v} | _digits_read(f_expr, v, high, low) if v in f else f
+                       for f, f_expr in zip(factors, product_factors(s.body))]
+    size = lambda names: math.prod(extent.get(n, 1) for n in names)  # noqa: E731
+    todo, total = sums, 0
     while todo:
-        best = min(todo, key=lambda n: (size(set().union(*(f for f in factors if n in f))), n))
+        best = min(todo, key=lambda n: (size(set().union(*(f for f in factors if n in f))),
+                                        str(n)))
         group = [f for f in factors if best in f]
         merged = set().union(*group)
         total += size(merged)
@@ -145,11 +163,32 @@ def contraction_points(s: Scope) -> int:
     return total + size(set().union(*factors))
 
 
+def _digits_read(e, v: str, high, low) -> set:
+    """Which digits of ``v`` body term ``e`` reads: ``high`` inside ``v // a``, ``low``
+    inside ``v % a``, both where ``v`` is read whole."""
+    out = set()
+    for a in accesses(e):
+        for i in a.indices:
+            i = sympy.sympify(i)
+            for node in sympy.preorder_traversal(i):
+                if isinstance(node, sympy.floor) and v in {x.name for x in node.free_symbols}:
+                    out.add(high)
+                if isinstance(node, sympy.Mod) and v in {x.name for x in node.free_symbols}:
+                    out.add(low)
+            bare = i.replace(lambda x: isinstance(x, (sympy.floor, sympy.Mod)),
+                             lambda *_: sympy.Integer(0))
+            if v in {x.name for x in bare.free_symbols}:
+                out |= {high, low}
+    return out
+
+
 def _less_work(r: Scope, before: set, points: int) -> bool:
-    """Does ``r``'s new work, sums moved inward, take at most half the ``points`` of the
-    library operators it lost? (Reading only a product's diagonal, or an outer product
-    through a matrix-vector product, does a fraction of the operator's work.)"""
-    return 2 * sum(contraction_points(s) for s in sub_scopes(r) if s not in before) <= points
+    """Does ``r``'s new work, sums moved inward (and iterators read digit by digit split),
+    take at most half the ``points`` of the library operators it lost? (Reading only a
+    product's diagonal, an outer or Kronecker product through a matrix product, does a
+    fraction of the operator's work.)"""
+    new = [s for s in sub_scopes(r) if s not in before]
+    return 2 * sum(contraction_points(s, digits=True) for s in new) <= points
 
 
 def guide(rule: IndexRule, scope: Scope, results: list[Scope]) -> list[Scope]:

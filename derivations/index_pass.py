@@ -115,14 +115,22 @@ def _mset(items, names, memo) -> str:
     return f"(multiset-of {' '.join(sexp(x, names, memo) for x in items)})"
 
 
+def _summed(node: ENode) -> int:
+    """Summation iterators a scope node binds (0 for other nodes)."""
+    if node.op == "sum":
+        return len(node.args[1])
+    return len(node.args[2]) if node.op == "reduce" else 0
+
+
 def representatives(view: View) -> dict[str, Term]:
-    """Per e-class, a smallest term (fewest nodes). Classes are settled cheapest first (a
-    node is bigger than each of its children, so Knuth's generalisation of Dijkstra
-    applies): each node is looked at once per child, where a fixpoint over all classes took
-    as many rounds as the e-graph is deep."""
+    """Per e-class, a smallest term (fewest nodes; of those, fewest summation iterators: a
+    copy before a sum over one point). Classes are settled cheapest first (a node is bigger
+    than each of its children, so Knuth's generalisation of Dijkstra applies): each node is
+    looked at once per child, where a fixpoint over all classes took as many rounds as the
+    e-graph is deep."""
     parents: dict[str, list[ENode]] = {}
     waiting: dict[ENode, int] = {}
-    heap: list[tuple[int, int, str, ENode]] = []
+    heap: list[tuple[tuple[int, int], int, str, ENode]] = []
     for cls, nodes in view.classes.items():
         for node in nodes:
             kids = set(node.kids())
@@ -130,10 +138,10 @@ def representatives(view: View) -> dict[str, Term]:
             for k in kids:
                 parents.setdefault(k, []).append(node)
             if not kids:
-                heap.append((1, len(heap), cls, node))
+                heap.append(((1, _summed(node)), len(heap), cls, node))
     heapq.heapify(heap)
     tick = len(heap)
-    size: dict[str, int] = {}
+    size: dict[str, tuple[int, int]] = {}
     choice: dict[str, ENode] = {}
     while heap:
         n, _, cls, node = heapq.heappop(heap)
@@ -143,8 +151,9 @@ def representatives(view: View) -> dict[str, Term]:
         for parent in parents.get(cls, ()):
             waiting[parent] -= 1
             if waiting[parent] == 0:
-                heapq.heappush(heap, (1 + sum(size[k] for k in parent.kids()), tick,
-                                      parent.cls, parent))
+                kids = [size[k] for k in parent.kids()]
+                key = (1 + sum(n for n, _ in kids), _summed(parent) + sum(s for _, s in kids))
+                heapq.heappush(heap, (key, tick, parent.cls, parent))
                 tick += 1
     terms: dict[str, Term] = {}
     for cls in sorted(choice, key=size.__getitem__):  # children first: they are smaller

@@ -14,7 +14,8 @@ import math
 from functools import lru_cache
 from typing import Callable
 
-from ir.nodes import Binary, Scope, Unary, accesses, sub_scopes, walk
+from ir.index_math import index_range
+from ir.nodes import Access, Binary, Scope, Unary, accesses, sub_scopes, walk
 
 BALANCE = 8.0  # flops per byte moved at which compute and memory take equally long
 LAUNCH = 1024.0  # per-scope fixed cost (kernel launch, loop setup), in flop-equivalents
@@ -38,10 +39,30 @@ def flops(scope: Scope) -> int:
 
 
 def bytes_moved(scope: Scope, itemsize: int = 4) -> int:
-    """(Output elements + for each distinct source min(its elements, iteration points)) × itemsize."""
+    """(Output elements + for each distinct source the elements its reads can touch, at most
+    its size and the iteration points) × itemsize. A read's reach is the box its indices
+    span over the iterators' ranges, clipped to the source (``A[i, k]`` with ``i`` in 0:6
+    touches 6 rows of ``A``, not all of it)."""
     points = iteration_points(scope)
-    sources = {a.source for a in accesses(scope.body)}
-    return (numel(scope) + sum(min(numel(s), points) for s in sources)) * itemsize
+    ranges = {it.name: (it.lo, it.hi) for it in scope.traversal + scope.summation}
+    reach: dict = {}
+    for a in accesses(scope.body):
+        reach[a.source] = reach.get(a.source, 0) + _reach(a, ranges)
+    return (numel(scope) + sum(min(numel(s), points, n) for s, n in reach.items())) * itemsize
+
+
+def _reach(a: Access, ranges) -> int:
+    """Elements of ``a.source`` inside the box ``a``'s indices span (all of it if unknown)."""
+    if any(hi <= lo for lo, hi in ranges.values()):
+        return 0
+    total = 1
+    for idx, (lo, hi) in zip(a.indices, a.source.bounds()):
+        try:
+            ilo, ihi = index_range(idx, ranges)
+        except (ValueError, KeyError):
+            ilo, ihi = lo, hi - 1
+        total *= max(0, min(ihi, hi - 1) - max(ilo, lo) + 1)
+    return total
 
 
 def analytic_cost(scope: Scope, itemsize: int = 4) -> float:

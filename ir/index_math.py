@@ -98,5 +98,21 @@ def simplify_index(e: sympy.Expr, ranges: Ranges) -> sympy.Expr:
         k = lo // m
         return y - k * m if hi // m == k else safe_mod(y, m)
     if isinstance(e, (sympy.Add, sympy.Mul)):
-        return sympy.expand(e.func(*(simplify_index(a, ranges) for a in e.args)))
+        return _recombine(sympy.expand(e.func(*(simplify_index(a, ranges) for a in e.args))))
+    return e
+
+
+def _recombine(e: sympy.Expr) -> sympy.Expr:
+    """``c*a*floor(x/a) + c*(x % a)`` written ``c*x`` (a reshape undone by its inverse)."""
+    terms = list(sympy.Add.make_args(e))
+    for n, t in enumerate(terms):
+        c, core = t.as_coeff_Mul()
+        if not isinstance(core, sympy.Mod) or not c.is_Integer:
+            continue
+        x, a = core.args
+        want = c * int(a) * sympy.floor(x / a)
+        for m, u in enumerate(terms):
+            if m != n and sympy.expand(u - want) == 0:
+                rest = [v for k, v in enumerate(terms) if k not in (n, m)]
+                return _recombine(sympy.Add(*rest, c * x))
     return e

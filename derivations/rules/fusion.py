@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sympy
 
-from ir.nodes import Access, Binary, BinOp, Const, Reduce, Scope, Unary, free_iterators
+from ir.nodes import Access, Binary, BinOp, Const, Reduce, Scope, Unary, free_iterators, walk
 from derivations.index_rules import build_product, product_factors, renamed, scope_like
 from derivations.rules.merging import inlined
 
@@ -145,15 +145,20 @@ def _rewrite(scope: Scope, how) -> list[Scope]:
     poly = atoms.to_poly(scope.body)
     if not atoms.sym:
         return []
-    new = how(poly)
-    if new == poly or any(isinstance(x, sympy.Pow) and not (x.exp.is_Integer and x.exp > 0)
-                          for x in sympy.preorder_traversal(new)):
+    new = how(poly)  # as a polynomial the body is canonical already: like terms combined
+    if any(isinstance(x, sympy.Pow) and not (x.exp.is_Integer and x.exp > 0)
+           for x in sympy.preorder_traversal(new)):
         return []
     if new.free_symbols != set(atoms.atom):  # terms cancelled: a dropped read would turn a
         return []                            # NaN (log x, x < 0; a NaN input) into a number
     body = atoms.to_expr(new)
-    return [] if body == scope.body else [scope_like(scope, scope.traversal, scope.summation,
-                                                     body)]
+    if body == scope.body or new == poly and _size(body) >= _size(scope.body):
+        return []  # already canonical, up to the order of its terms: nothing gained
+    return [scope_like(scope, scope.traversal, scope.summation, body)]
+
+
+def _size(e) -> int:
+    return sum(1 for _ in walk(e))
 
 
 def distribute(scope: Scope) -> list[Scope]:

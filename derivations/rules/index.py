@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from derivations.index_rules import IndexRule
 from derivations.rules.bounds import relax, tighten
+from derivations.rules.digits import split_digits
 from derivations.rules.fusion import distribute, factor, fuse_terms, hoist, split_terms
 from derivations.rules.joining import join_ranges
 from derivations.rules.merging import inline_reads
@@ -60,8 +61,14 @@ SPLIT_PIECES = IndexRule(
     "split_pieces", "a max (min) over a cat axis is the max (min) of each piece over its slab",
     split_pieces)  # max[c] (A[c] + B[c-n])  =  max(max[c in 0:n] A[c], max[c in n:..] B[c-n])
 
+SPLIT_DIGITS = IndexRule(
+    "split_digits", "digit splitting: iterators whose digits different factors read split "
+    "together, so the sums separate (a Kronecker product consumed by a matrix product)",
+    split_digits)  # sum[k] A[i//p, k//q] B[i%p, k%q] v[k] = sum[k1,k2] A[i1,k1] B[i2,k2] v[q*k1+k2]
+
 EXPLORATIVE = (SUBSTITUTE, TIGHTEN, RELAX, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, JOIN_RANGES,
-               HOIST, DISTRIBUTE, FACTOR, BROADCAST, SINGLE_POINT, MERGE_REDUCTIONS, SPLIT_PIECES)
+               HOIST, DISTRIBUTE, FACTOR, BROADCAST, SINGLE_POINT, MERGE_REDUCTIONS, SPLIT_PIECES,
+               SPLIT_DIGITS)
 BY_NAME = {r.name: r for r in EXPLORATIVE}
 
 
@@ -79,7 +86,8 @@ def layout_rules() -> tuple[IndexRule, ...]:
 # What ``derive`` runs by default: relaxing is left out (it only pays with iterator
 # splitting to exact multiples, and growing then tightening every range multiplies forms).
 DEFAULT = (SUBSTITUTE, TIGHTEN, INLINE_READ, SPLIT_TERMS, FUSE_TERMS, JOIN_RANGES, HOIST,
-           DISTRIBUTE, FACTOR, BROADCAST, SINGLE_POINT, MERGE_REDUCTIONS, SPLIT_PIECES)
+           DISTRIBUTE, FACTOR, BROADCAST, SINGLE_POINT, MERGE_REDUCTIONS, SPLIT_PIECES,
+           SPLIT_DIGITS)
 
 
 def default_index_rules() -> tuple[IndexRule, ...]:

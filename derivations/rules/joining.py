@@ -19,6 +19,16 @@ one scope over the union::
 Only exact tiling joins: a gap would be 0 in the pieces but not in the union, an overlap is
 counted twice. All runs are joined in one step, so ``n`` chunks cost one result, not the
 ``n^2`` of joining pairs.
+
+*One function of the loop index.* An unrolled loop (``torch.stack([f(x[i]) for i in
+range(n)])``, which Dynamo hands over as ``n`` selects, ``n`` copies of ``f`` and a ``cat``)
+leaves pieces one slot wide that differ only in constants: piece ``i`` reads ``x[i, ...]``.
+On its slot the cat coordinate ``c`` *is* ``i``, so a constant that varies across the pieces
+as ``a*i + b`` may be written ``a*c + b`` in each piece without changing it; once every
+varying constant is, the pieces are one function and join as above::
+
+    O[c, t] = P0[c, t] + P1[c - 1, t] + ...     Pi over c in 0:1 = f(x[i, t])
+            = J[c, t],  J over 0:n = f(x[c, t])
 """
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ import sympy
 
 from ir.canonical import fingerprint
 from ir.nodes import (
-    Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, accesses, affine_terms,
+    Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Unary, accesses, affine_terms,
     iterator_symbol,
 )
 from derivations.index_rules import fresh_name, scope_like, substitute
@@ -57,10 +67,9 @@ def join_ranges(scope: Scope) -> list[Scope]:
     if terms is None or len(terms) < 2:
         return []
     groups: dict[tuple, list[_Piece]] = defaultdict(list)
-    for n, t in enumerate(terms):
-        piece = _piece(scope, n, t)
-        if piece is not None:
-            groups[(piece.names, _function_key(piece.scope))].append(piece)
+    for piece in _loop_indexed([p for n, t in enumerate(terms)
+                                if (p := _piece(scope, n, t)) is not None]):
+        groups[(piece.names, _function_key(piece.scope))].append(piece)
     replaced: dict[int, Expr | None] = {}
     for pieces in groups.values():
         for run, k in _runs(pieces):
@@ -180,10 +189,13 @@ def _source_name(source) -> str:
 
 def _inline_layouts(s: Scope) -> Scope:
     """``s`` with the pure re-indexings it reads (scopes without summation whose body is
-    one read) inlined, so that pieces reading shifted windows compare equal."""
+    one read) inlined, so that pieces reading shifted windows compare equal; and, for the
+    pieces of an unrolled loop (``f(x[i])`` with ``f`` a chain of maps, or a reduction read
+    whole), the maps and the one reduction its body is, so that the pieces are their whole
+    function of ``x``."""
     for _ in range(INLINE_ROUNDS):
         reads = [r for r in accesses(s.body) if isinstance(r.source, Scope)
-                 and not r.source.summation and isinstance(r.source.body, (Access, Const))]
+                 and (not r.source.summation or r is s.body and not s.summation)]
         if not reads:
             return s
         inlined = inline_read(s, reads[0])
@@ -197,6 +209,96 @@ def _function_key(s: Scope) -> str:
     """What a piece computes, ranges aside."""
     its = lambda group: tuple(Iter(it.name, *PLACEHOLDER) for it in group)  # noqa: E731
     return fingerprint(scope_like(s, its(s.traversal), its(s.summation), s.body))
+
+
+# -- one function of the loop index -------------------------------------------------------------
+def _loop_indexed(pieces: list[_Piece]) -> list[_Piece]:
+    """``pieces`` where those of one template (equal but for index constants) that sit one
+    slot wide along a coordinate ``d`` have each varying constant written as ``a*x_d + b``
+    (``x_d`` the piece's own iterator of ``d``, equal to its slot there): see the module doc."""
+    templates: dict[tuple, list[int]] = defaultdict(list)
+    for n, p in enumerate(pieces):
+        templates[(p.names, _template(p.scope)[0])].append(n)
+    out = list(pieces)
+    for members in templates.values():
+        if len(members) < 2:
+            continue
+        group = [pieces[n] for n in members]
+        consts = [_template(p.scope)[1] for p in group]
+        for d in range(group[0].scope.rank):
+            slots = [p.box[d][0] for p in group]
+            if any(p.box[d][1] - p.box[d][0] != 1 for p in group) or len(set(slots)) < 2:
+                continue
+            fits = [_affine_fit(slots, [c[k] for c in consts]) for k in range(len(consts[0]))]
+            if any(f is None for f in fits) or all(f[0] == 0 for f in fits):
+                continue
+            for n, p in zip(members, group):
+                out[n] = _Piece(p.term, p.names, _with_loop_index(p.scope, d, fits), p.box)
+            break
+    return out
+
+
+def _template(s: Scope) -> tuple[str, tuple[int, ...]]:
+    """(key of ``s`` with every index's constant term and every range blanked, the
+    constants in a fixed order)."""
+    consts: list[int] = []
+
+    def blank(a: Access) -> Access:
+        idx = []
+        for i in a.indices:
+            rest, c = _split_constant(i)
+            consts.append(c)
+            idx.append(rest)
+        return Access(a.source, tuple(idx))
+
+    body = _map_reads(s.body, blank)
+    its = lambda group: tuple(Iter(it.name, *PLACEHOLDER) for it in group)  # noqa: E731
+    return fingerprint(scope_like(s, its(s.traversal), its(s.summation), body)), tuple(consts)
+
+
+def _split_constant(i) -> tuple[sympy.Expr, int]:
+    i = sympy.sympify(i)
+    c, rest = i.as_coeff_Add()
+    return (rest, int(c)) if c.is_Integer else (i, 0)
+
+
+def _affine_fit(xs: list[int], ys: list[int]) -> tuple[int, int] | None:
+    """Integers ``(a, b)`` with ``y = a*x + b`` for every pair, or None."""
+    if len(set(ys)) == 1:
+        return 0, ys[0]
+    (x0, y0), (x1, y1) = (xs[0], ys[0]), next((x, y) for x, y in zip(xs, ys) if x != xs[0])
+    if (y1 - y0) % (x1 - x0):
+        return None
+    a = (y1 - y0) // (x1 - x0)
+    b = y0 - a * x0
+    return (a, b) if all(y == a * x + b for x, y in zip(xs, ys)) else None
+
+
+def _with_loop_index(s: Scope, d: int, fits: list[tuple[int, int]]) -> Scope:
+    """``s`` with its ``k``-th index constant replaced by ``a*x_d + b`` (``fits[k]``)."""
+    x = s.traversal[d].symbol
+    k = iter(range(len(fits)))
+
+    def vary(a: Access) -> Access:
+        idx = []
+        for i in a.indices:
+            rest, _ = _split_constant(i)
+            slope, offset = fits[next(k)]
+            idx.append(rest + slope * x + offset)
+        return Access(a.source, tuple(idx))
+
+    return scope_like(s, s.traversal, s.summation, _map_reads(s.body, vary))
+
+
+def _map_reads(e: Expr, fn) -> Expr:
+    """``e`` with every access replaced by ``fn(access)``, in ``accesses`` order."""
+    if isinstance(e, Access):
+        return fn(e)
+    if isinstance(e, Binary):
+        return Binary(e.op, _map_reads(e.lhs, fn), _map_reads(e.rhs, fn))
+    if isinstance(e, Unary):
+        return Unary(e.op, _map_reads(e.x, fn))
+    return e
 
 
 # -- runs and their join --------------------------------------------------------------------

@@ -19,9 +19,10 @@ from __future__ import annotations
 import sympy
 
 from ir.nodes import Access, Binary, Reduce, Scope, Unary
+from ir.index_math import simplify_index
 from derivations.index_rules import (
-    build_product, index_bounds, product_factors, renamed, scope_like, substitute, zero_everywhere,
-    zero_guards,
+    build_product, index_bounds, map_indices, product_factors, renamed, scope_like, substitute,
+    zero_everywhere, zero_guards,
 )
 
 __all__ = ["inline_reads", "inline_read", "inlined"]
@@ -95,11 +96,21 @@ def inlined(scope: Scope, read: Access, sums: list) -> object | None:
     body = substitute(body, {it.name: sympy.sympify(i) for it, i in zip(src.traversal,
                                                                          read.indices)})
     all_ranges = dict(ranges, **inner_ranges)
+    body = map_indices(body, lambda i: _simplified(i, all_ranges))
     for it, idx in lifts:
         body = _guard(body, it, idx, all_ranges)
         if body is None:
             return None
     return body
+
+
+def _simplified(i, ranges):
+    """``i`` with the floors and mods the ranges decide removed (a reshape read through its
+    inverse is the identity), or as it is where it cannot be."""
+    try:
+        return simplify_index(sympy.sympify(i), ranges)
+    except (ValueError, KeyError):
+        return i
 
 
 def _guard(body, it, idx: sympy.Expr, ranges) -> object | None:

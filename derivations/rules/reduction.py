@@ -119,5 +119,6 @@ def split_pieces(scope: Scope) -> list[Scope]:
         value = parts[0]
         for p in parts[1:]:
             value = Binary(_EXTREMUM[scope.reduce], value, p)
-        out.append(scope_like(scope, scope.traversal, (), value))
+        out.append(Scope(scope.traversal, (), value, Reduce.SUM, name=scope.name,
+                         dtype=scope.dtype))  # a map: no reduction left
     return out

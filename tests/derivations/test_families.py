@@ -38,6 +38,14 @@ class Case:
     shapes: tuple          # one shape per input, in order
     max_points: int        # scopes of the derived program iterating over more points are ...
     library: tuple = ()    # ... these library operators (ir.patterns.classify), all used
+    total: int | None = None  # iteration points of all its scopes together, at most
+
+
+def _kron(a, b):
+    """torch.kron as its decomposition spells it: an outer product reshaped."""
+    (m, n), (p, q) = a.shape, b.shape
+    return ops.reshape(ops.mul(ops.reshape(a, m, 1, n, 1), ops.reshape(b, 1, p, 1, q)),
+                       m * p, n * q)
 
 
 def _t(shapes):
@@ -46,6 +54,7 @@ def _t(shapes):
 
 N, K = 48, 16
 D, DK = 128, 64  # distances: large enough that the matmul form is the cheaper one
+V, M = 1024, 192  # vectors, and matrices where a library matmul beats a fused loop nest
 CASES = {
     # -- a product read only through its diagonal or trace: O(n^2), not O(n^3)
     "trace_mm": Case(lambda a, b: ops.trace(ops.mm(a, b)),
@@ -80,6 +89,70 @@ CASES = {
                                                                      ops.unsqueeze(y, 0)), 2), -1)),
                         lambda x, y: ((x[:, None] - y[None]) ** 2).sum(-1).sqrt(),
                         ((D, DK), (D, DK)), D * D, ("matmul",)),
+    # -- outer and Kronecker products consumed by a matrix product: small matmuls, never
+    #    the product materialised
+    "outer_mv": Case(lambda u, v, x: ops.mv(ops.mul(ops.unsqueeze(u, 1), ops.unsqueeze(v, 0)), x),
+                     lambda u, v, x: torch.outer(u, v) @ x, ((V,), (V,), (V,)), V),
+    "outer_einsum_mm": Case(lambda u, v, a: ops.mm(ops.einsum("i,j->ij", u, v), a),
+                            lambda u, v, a: torch.einsum("i,j->ij", u, v) @ a,
+                            ((V,), (V,), (V, K)), V * K),
+    "kron_mv": Case(lambda a, b, x: ops.mv(_kron(a, b), x),
+                    lambda a, b, x: torch.kron(a, b) @ x, ((32, 24), (16, 12), (288,)), 10_000),
+    "kron_mm": Case(lambda a, b, x: ops.mm(_kron(a, b), x),
+                    lambda a, b, x: torch.kron(a, b) @ x, ((32, 24), (16, 12), (288, 4)),
+                    40_000),
+    # -- strength reduction
+    "common_factor": Case(lambda a, b, c: ops.add(ops.mm(a, b), ops.mm(c, b)),
+                          lambda a, b, c: a @ b + c @ b, ((M, M), (M, M), (M, M)), M * M,
+                          ("matmul",), M ** 3 + 2 * M * M),
+    "scalars_out_of_a_product": Case(lambda a, b: ops.mm(ops.mul(a, 2.0), ops.mul(b, 3.0)),
+                                     lambda a, b: (a * 2) @ (b * 3), ((M, M), (M, M)), M * M,
+                                     ("matmul",), M ** 3 + M * M),
+    "like_terms": Case(lambda u, v: ops.add(ops.add(ops.mul(u, v), ops.mul(v, u)),
+                                            ops.mul(u, v)),
+                       lambda u, v: u * v + v * u + u * v, ((N,), (N,)), N, (), N),
+    "sum_of_sums": Case(lambda a: ops.sum(ops.sum(a, 1), 0), lambda a: a.sum(1).sum(0),
+                        ((N, K),), N * K, (), N * K),
+    "max_of_max": Case(lambda a: ops.amax(ops.amax(a, 1), 0), lambda a: a.amax(1).amax(0),
+                       ((N, K),), N * K, (), N * K),
+    "mean_of_means": Case(lambda a: ops.mean(ops.mean(a, -1), -1), lambda a: a.mean(-1).mean(-1),
+                          ((N, K),), N * K, (), N * K),
+    # -- redundancy
+    "reshape_round_trip": Case(lambda a: ops.reshape(ops.reshape(a, 4, N // 4, K), N, K),
+                               lambda a: a.reshape(4, N // 4, K).reshape(N, K), ((N, K),),
+                               N * K, (), N * K),
+    "permute_round_trip": Case(lambda a: ops.permute(ops.permute(a, 2, 0, 1), 1, 2, 0),
+                               lambda a: a.permute(2, 0, 1).permute(1, 2, 0), ((4, N, K),),
+                               4 * N * K, (), 4 * N * K),
+    # -- unrolled loops vectorised (Dynamo hands them over as n selects and a cat)
+    "unrolled_stack": Case(lambda a: ops.stack([ops.exp(ops.select(a, 0, i)) for i in range(8)]),
+                           lambda a: torch.stack([torch.exp(a[i]) for i in range(8)]),
+                           ((8, K),), 8 * K, (), 8 * K),
+    "unrolled_cat_of_slices": Case(
+        lambda a: ops.cat([ops.relu(ops.mul(ops.slice(a, 0, i, i + 1), 2.0)) for i in range(6)]),
+        lambda a: torch.cat([torch.relu(a[i:i + 1] * 2.0) for i in range(6)]),
+        ((6, K),), 6 * K, (), 6 * K),
+    "unrolled_affine_index": Case(
+        lambda a: ops.stack([ops.add(ops.select(a, 0, 2 * i + 1), 1.0) for i in range(5)], 1),
+        lambda a: torch.stack([a[2 * i + 1] + 1.0 for i in range(5)], 1),
+        ((11, K),), 5 * K, (), 5 * K),
+    "unrolled_matmul_rows": Case(
+        lambda a, w: ops.stack([ops.matmul(ops.select(a, 0, i), w) for i in range(6)]),
+        lambda a, w: torch.stack([a[i] @ w for i in range(6)]),
+        ((6, N), (N, K)), 6 * K, ("matmul",), 6 * N * K + 6 * K),
+    # -- reductions over stacks: elementwise
+    "stack_sum": Case(lambda u, v, w: ops.sum(ops.stack([u, v, w]), 0),
+                      lambda u, v, w: torch.stack([u, v, w]).sum(0), ((N,), (N,), (N,)), N,
+                      (), N),
+    "stack_mean_dim1": Case(lambda u, v, w: ops.mean(ops.stack([u, v, w], 1), 1),
+                            lambda u, v, w: torch.stack([u, v, w], 1).mean(1),
+                            ((N,), (N,), (N,)), N, (), N),
+    "stack_amax": Case(lambda u, v, w: ops.amax(ops.stack([u, v, w]), 0),
+                       lambda u, v, w: torch.stack([u, v, w]).amax(0), ((N,), (N,), (N,)), N,
+                       (), N),
+    "stack_amin_2d": Case(lambda u, v: ops.amin(ops.stack([u, v], 2), -1),
+                          lambda u, v: torch.stack([u, v], 2).amin(-1), ((N, K), (N, K)), N * K,
+                          (), N * K),
     # -- redundancy
     "double_transpose": Case(lambda a: ops.transpose(ops.transpose(a, 0, 1), 0, 1),
                              lambda a: a.T.T, ((N, K),), N * K),
@@ -106,6 +179,9 @@ def test_the_cheaper_program_is_derived_in_time(name):
     heavy = [s for s in sub_scopes(best.program) if iteration_points(s) > case.max_points]
     assert all(classify(s) in case.library for s in heavy), (best.program, best.rule_chain)
     assert set(case.library) <= set(best.operators), (best.operators, best.program)
+    if case.total is not None:
+        total = sum(iteration_points(s) for s in sub_scopes(best.program))
+        assert total <= case.total, (total, best.program, best.rule_chain)
     assert best.program is not e and best.verified is True
 
 
