@@ -71,6 +71,11 @@ class OllieBackend:
         if new is None:
             return compile_fx_inner(gm, example_inputs, **kwargs)
         key = graph_pass.comparison_key(gm, example_inputs, report)
+        stored = graph_pass.stored_comparison(key, report, self.options)
+        if stored is not None:  # measured before: compile only the winner
+            report.adopted = stored
+            self._announce(report)
+            return compile_fx_inner(new if stored else gm, example_inputs, **kwargs)
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = _take_output_strides()  # each compile reports its outputs' strides to AOT
         rewritten = compile_fx_inner(new, example_inputs, **kwargs)

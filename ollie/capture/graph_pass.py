@@ -137,15 +137,20 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     return new, report
 
 
+def stored_comparison(key: str, report: GraphReport, options) -> bool | None:
+    """Whether the rewritten graph won when this comparison was last measured (None: never);
+    the stored times go into the report, marked as stored."""
+    entry = cache.Cache(options.cache_dir).get(key) if options.cache else None
+    if not entry or not entry.get("eager_s") or not entry.get("ollie_s"):
+        return None
+    report.timing, report.timing_cached = (entry["eager_s"], entry["ollie_s"]), True
+    return entry.get("decision") == region_mod.ADOPTED
+
+
 def compare(original, rewritten, example_inputs, report: GraphReport, options,
-            key: str | None) -> bool:
+            key: str) -> bool:
     """Whether the compiled ``rewritten`` graph beats the compiled ``original`` (boxed
-    callables) by the adoption margin; measured on sample inputs, or taken from the cache."""
-    store = cache.Cache(options.cache_dir) if options.cache and key else None
-    entry = store.get(key) if store else None
-    if entry and entry.get("eager_s") and entry.get("ollie_s"):
-        report.timing, report.timing_cached = (entry["eager_s"], entry["ollie_s"]), True
-        return entry.get("decision") == region_mod.ADOPTED
+    callables) by the adoption margin, measured on sample inputs; stored under ``key``."""
     inputs = sample_like(example_inputs)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         (a, a_best), (b, b_best) = interleaved_times(
@@ -153,11 +158,11 @@ def compare(original, rewritten, example_inputs, report: GraphReport, options,
             budget_s=options.measure_cap_s)
     report.timing = (a, b)
     faster = b_best < a_best * ADOPTION_MARGIN
-    if store:
-        store.put(key, {"program": None, "rule_chain": [], "cost_before": 0.0,
-                        "cost_after": 0.0, "eager_s": a, "ollie_s": b, "error": None,
-                        "decision": region_mod.ADOPTED if faster else region_mod.NOT_FASTER,
-                        "backend": "inductor"})
+    if options.cache:
+        cache.Cache(options.cache_dir).put(key, {
+            "program": None, "rule_chain": [], "cost_before": 0.0, "cost_after": 0.0,
+            "eager_s": a, "ollie_s": b, "error": None, "backend": "inductor",
+            "decision": region_mod.ADOPTED if faster else region_mod.NOT_FASTER})
     return faster
 
 
