@@ -14,7 +14,8 @@ Three sorts mirror the IR (see :mod:`derivations.encode` for why they look the w
   ``const``, ``bin``, ``un``.
 * ``ESource`` -- what ``acc`` reads: an input tensor by name, or a scope with its axis order.
 
-Tables that are facts, not forms: ``fv`` (free iterators of a body term), ``Iterator`` (every
+Tables that are facts, not forms: ``fv`` (free iterators of a body term), ``lo`` / ``hi``
+(bounds of a body term's values, :mod:`derivations.rules.facts`), ``Iterator`` (every
 iterator name, so rules can enumerate them), ``outer_of`` / ``inner_fv`` (a product split by
 one summation iterator) and ``made_by`` (provenance: the rule chain that first created a
 scope e-node, keyed by the node's arguments).
@@ -22,12 +23,12 @@ scope e-node, keyed by the node's arguments).
 from __future__ import annotations
 
 from egglog import (
-    Expr, MultiSet, Set, String, StringLike, Vec, f64Like, function, relation,
+    Expr, MultiSet, Set, String, StringLike, Vec, f64, f64Like, function, relation,
 )
 
 __all__ = [
     "ESource", "EBody", "EScope", "fv", "made_by", "Iterator", "Root", "outer_of", "inner_fv",
-    "names", "OPS",
+    "lo", "hi", "names", "OPS",
 ]
 
 
@@ -76,6 +77,14 @@ def fv(body: EBody) -> Set[String]: ...
 
 @function(merge=lambda old, new: old)  # the first derivation found is kept
 def made_by(out: Set[String], sums: Set[String], factors: MultiSet[EBody]) -> String: ...
+
+
+@function(merge=lambda old, new: old.max(new))  # facts only tighten
+def lo(body: EBody) -> f64: ...
+
+
+@function(merge=lambda old, new: old.min(new))
+def hi(body: EBody) -> f64: ...
 
 
 Iterator = relation("Iterator", String)

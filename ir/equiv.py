@@ -74,3 +74,30 @@ def compare(a: Scope, b: Scope, trials: int = 2, seed: int = 0) -> Comparison:
 def equivalent(a: Scope, b: Scope, **kw) -> bool:
     """True if ``a`` and ``b`` agree numerically on random inputs (see ``compare``)."""
     return compare(a, b, **kw).ok
+
+
+def contract(original: Scope, derived: Scope, env: dict[str, np.ndarray],
+             rtol: float = 1e-6, atol: float = 1e-8) -> Comparison:
+    """``derived`` against ``original`` on inputs ``env`` (NaN and ±inf allowed) under the
+    numerics contract (docs/language.md): where the original is NaN the derived program is
+    NaN (NaN in, NaN out); where it is ±inf the derived one is the same inf or NaN (``inf -
+    inf`` after distributing a square, never a number); where it is finite the derived one
+    is finite and close (up to reassociation)."""
+    with np.errstate(all="ignore"):
+        x, y = evaluate(original, env), evaluate(derived, env)
+    if x.shape != y.shape:
+        return Comparison(False, float("inf"), f"shapes {x.shape} vs {y.shape}")
+    checks = (
+        ("NaN in the original is not NaN", np.isnan(x) & ~np.isnan(y)),
+        ("inf in the original is a number or the other inf",
+         np.isinf(x) & ~np.isnan(y) & (y != x)),
+        ("finite in the original is not finite or not close",
+         np.isfinite(x) & ~(np.isfinite(y) & np.isclose(x, y, rtol=rtol, atol=atol))),
+    )
+    for why, bad in checks:
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            return Comparison(False, float("inf"), f"{why} at {at}: {float(x[at])!r} vs "
+                                                   f"{float(y[at])!r}")
+    finite = np.isfinite(x) & np.isfinite(y)
+    return Comparison(True, float(np.max(np.abs(x[finite] - y[finite]), initial=0.0)), "")

@@ -75,4 +75,6 @@ SPLIT = Rules("split", "summation splitting: sum over s only the factors that re
               _split, needs=(PROVENANCE, PARTITION))
 INLINE_MAP = Rules("inline_map", "a map read at its own iterators is its body: chains of "
                    "elementwise scopes fuse in the e-graph", _inline_map)
-ALGEBRA = (INLINE, SPLIT, INLINE_MAP)
+from derivations.rules.facts import SIMPLIFY  # noqa: E402 - after the rules it builds on
+
+ALGEBRA = (INLINE, SPLIT, INLINE_MAP, SIMPLIFY)
