@@ -35,7 +35,9 @@ from codegen.products import einsum_spec, plan_matmul
 from codegen.torch_expr import (
     EXTREMUM, PRODUCT, BodyEmitter, Value, aligned, int_list, number, permuted, shape_literal,
 )
-from ir.nodes import Access, Binary, BinOp, Expr, Reduce, Scope, Tensor, Unary, free_iterators
+from ir.nodes import (
+    Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, Unary, free_iterators,
+)
 from ir.nodes import inputs as input_tensors, product_factors, sub_scopes, walk
 from ir.printer import statement_text
 
@@ -127,9 +129,23 @@ class KernelWriter:
                 raise
             self.scope_vars[id(s)] = self.scope_names[s] = var
         result = self.scope_vars[id(root)]
+        boolean = result in self.bool_vars
         result += self.on_return[result]
         head = [f"def kernel({', '.join(self.params.values())}):",
                 f'    """{_summary(root, self.input_names)}"""']
+        floats = [self.params[n] for n in self.input_names
+                  if tensors[n].dtype not in ("bool", "uint8", "int8", "int16", "int32", "int64")]
+        if chained(scopes) and floats:
+            # a chain of contractions (a reassociated product, say) in float16 / bfloat16 keeps
+            # its intermediates in float32, where eager's order would have stayed in range
+            dtype = self.fresh("dtype")
+            head += [f"    {dtype} = {floats[0]}.dtype",
+                     f"    if {dtype} in (torch.float16, torch.bfloat16):  # intermediates in "
+                     f"float32",
+                     f"        {', '.join(floats)} = "
+                     f"{', '.join(f'{p}.float()' for p in floats)}"]
+            if not boolean:
+                result = f"{result}.to({dtype})"
         if self.index_arrays:
             device = f"{self.ref}.device" if self.ref else "'cpu'"
             head.append(f"    ix = _INDEX[{device}]  # index tensors, built once per device")
@@ -290,6 +306,13 @@ class KernelWriter:
         if any(n not in v.labels and size > 1 for n, size in zip(traversal, shape)):
             code = f"{code if code != v.code else v.atom}.expand({shape_literal(shape)})"
         return code
+
+
+def chained(scopes) -> bool:
+    """Two or more contractions (sums of products of reads): a program whose products feed
+    further products (a reassociated chain), whose intermediate ranges differ from eager's."""
+    return sum(1 for s in scopes if s.summation and s.reduce is Reduce.SUM and sum(
+        not isinstance(f, Const) for f in product_factors(s.body)) > 1) > 1
 
 
 def _reduced(v: Value, reduce: Reduce, summed: tuple[str, ...]) -> Value:

@@ -28,6 +28,7 @@ import textwrap
 from collections import defaultdict
 
 from codegen.kernel import Kernel
+from codegen.torch_backend import chained
 from codegen.triton import runtime
 from codegen.triton.contraction import dot_kernel, match_band, split_contraction
 from codegen.triton.emitter import CannotFuse
@@ -42,8 +43,8 @@ from ir.nodes import (
 from ir.printer import statement_text
 
 INDEX_LIMIT = 2 ** 31 - 1  # kernels index with int32
-LAUNCHER_RESERVED = RESERVED | {"torch", "kernel", "grid", "dot_dtype", "precision", "ref",
-                                "_types", "_device", "_launch"}
+LAUNCHER_RESERVED = RESERVED | {"torch", "kernel", "grid", "dot_dtype", "precision", "ref", "mid",
+                                "_types", "_intermediate", "_device", "_launch"}
 
 
 def lower(scope: Scope) -> Kernel:
@@ -222,7 +223,10 @@ class Planner:
         out += [f"    {p} = {p}.contiguous()" for p in params]
         if not params:
             out.append(f"    ref = torch.empty(0, device=_device(), dtype=torch.{self.root.dtype})")
-        out.append(f"    acc, dot_dtype, precision = _types({ref})")
+        chain = self.chain = chained(scopes)  # intermediates: float32 for float16 / bfloat16
+        out.append(f"    acc, dot_dtype, precision = _types({ref}{', chain=True' if chain else ''})")
+        if chain:
+            out.append(f"    mid = _intermediate({ref})  # the intermediates' dtype")
         for s in scopes:
             out += ["    " + ln for ln in self.launch(s, ref)]
         out += [f"    return {self.names[self.root]}", ""]
@@ -236,7 +240,8 @@ class Planner:
         statement = textwrap.wrap(statement_text(s, self.names, var), 92,
                                   subsequent_indent="    ", break_long_words=False)
         lines = [f"# {ln}" for ln in statement] + [f"# ({what})"]
-        dtype = "torch.bool" if _comparison(s) else f"{ref}.dtype"
+        dtype = "torch.bool" if _comparison(s) else \
+            "mid" if self.chain and s is not self.root else f"{ref}.dtype"
         lines.append(f"{var} = torch.{make}({shape_text(s.shape)}, device={ref}.device, "
                      f"dtype={dtype})")
         if plan is None:

@@ -15,9 +15,11 @@ DOT_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
               torch.float32: tl.float32, torch.float64: tl.float64}
 
 
-def types(ref: torch.Tensor, interpreted: bool):
+def types(ref: torch.Tensor, interpreted: bool, chain: bool = False):
     """``(ACC, DOT_DTYPE, DOT_PRECISION)`` for inputs like ``ref``: accumulate in fp32 (fp64
-    for fp64); tl.dot on the inputs' dtype, fp32 as TF32 only where torch allows it."""
+    for fp64); tl.dot on the inputs' dtype, fp32 as TF32 only where torch allows it. A
+    ``chain`` of kernels on float16 / bfloat16 inputs keeps its intermediates in float32
+    (:func:`intermediate`), so its products take float32 operands too."""
     if ref.dtype not in DOT_DTYPES:
         raise TypeError(f"the triton backend computes on floating-point tensors, got {ref.dtype}")
     if ref.device.type != "cuda" and not interpreted:
@@ -25,8 +27,18 @@ def types(ref: torch.Tensor, interpreted: bool):
             f"generated Triton kernels run on CUDA tensors, got a {ref.device.type} tensor; "
             "to run them on the CPU set TRITON_INTERPRET=1 before lowering (slow, for tests)")
     acc = tl.float64 if ref.dtype == torch.float64 else tl.float32
-    tf32 = ref.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    return acc, DOT_DTYPES[ref.dtype], "tf32" if tf32 else "ieee"
+    dtype = torch.float32 if chain and ref.dtype in LOW else ref.dtype
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return acc, DOT_DTYPES[dtype], "tf32" if tf32 else "ieee"
+
+
+LOW = (torch.float16, torch.bfloat16)
+
+
+def intermediate(ref: torch.Tensor) -> torch.dtype:
+    """The dtype of an intermediate buffer: float32 for float16 / bfloat16 inputs (a
+    reassociated chain stays in range where eager's order did), else the inputs' dtype."""
+    return torch.float32 if ref.dtype in LOW else ref.dtype
 
 
 def device() -> torch.device:
@@ -38,5 +50,5 @@ MODULE = "ollie_generated_triton"  # __name__ of generated modules: Triton's JIT
 
 
 def namespace(interpreted: bool) -> dict:
-    return {"__name__": MODULE, "_types": lambda ref: types(ref, interpreted),
-            "_device": device, "_launch": TUNER.launch}
+    return {"__name__": MODULE, "_types": lambda ref, chain=False: types(ref, interpreted, chain),
+            "_intermediate": intermediate, "_device": device, "_launch": TUNER.launch}

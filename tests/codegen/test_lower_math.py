@@ -187,3 +187,48 @@ def test_a_comparison_is_a_bool_tensor_and_a_bool_input_a_condition(backend, dty
     assert torch.equal(torch.isnan(got), torch.isnan(torch.where(cond, a, b)))
     np.testing.assert_array_equal(got.nan_to_num().numpy(),
                                   torch.where(cond, a, b).nan_to_num().numpy())
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_reassociated_float16_chain_stays_finite_like_eager(backend, monkeypatch):
+    """(a @ b) @ c derives to a @ (b @ c) (far fewer flops); with inputs near float16's
+    range, b @ c leaves it (256 * 1000 > 65504) where eager's order does not. The
+    intermediate is kept in float32, the result cast back: finite like eager (it was 0%)."""
+    tb, best, kernel = _chain(backend, torch.float16, monkeypatch)
+    ta, tc = torch.full((64, 256), 1e-4, dtype=torch.float16), torch.full((256, 8), 1000.0,
+                                                                            dtype=torch.float16)
+    eager = (ta @ tb) @ tc
+    assert torch.isfinite(eager).all() and not torch.isfinite(tb @ tc).all()
+    got = kernel(*({"a": ta, "b": tb, "c": tc}[n] for n in kernel.input_names))
+    assert got.dtype == torch.float16 and torch.isfinite(got).all(), kernel.source
+    torch.testing.assert_close(got.float(), eager.float(), rtol=2e-2, atol=0)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_reassociated_bfloat16_chain_keeps_float32_intermediates(backend, monkeypatch):
+    """bfloat16 has float32's exponent range, so float32 intermediates keep its precision
+    (not more range): the reassociated chain is as close to the exact product as eager."""
+    tb, best, kernel = _chain(backend, torch.bfloat16, monkeypatch)
+    g = torch.Generator().manual_seed(1)
+    ta, tc = (torch.randn(s, generator=g).to(torch.bfloat16) for s in ((64, 256), (256, 8)))
+    exact = (ta.double() @ tb.double()) @ tc.double()
+    eager = (ta @ tb) @ tc
+    got = kernel(*({"a": ta, "b": tb, "c": tc}[n] for n in kernel.input_names))
+    assert got.dtype == torch.bfloat16
+    err = lambda r: ((r.double() - exact).abs().max() / exact.abs().max()).item()  # noqa: E731
+    assert err(got) <= 2 * err(eager) + 1e-3, (err(got), err(eager))
+
+
+def _chain(backend, dtype, monkeypatch):
+    from derivations import derive
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    name = str(dtype).removeprefix("torch.")
+    a, b, c = (Tensor(n, s, name) for n, s in (("a", (64, 256)), ("b", (256, 256)),
+                                                ("c", (256, 8))))
+    best = derive(ops.mm(ops.mm(a, b), c)).candidates(2, ir.analytic_cost)[0]
+    assert best.rule_chain, "not reassociated"
+    kernel = codegen.lower(best.program, backend=backend)
+    assert "float()" in kernel.source or "_intermediate" in kernel.source, kernel.source
+    tb = torch.rand(256, 256, generator=torch.Generator().manual_seed(0)).to(dtype)
+    return tb, best, kernel
