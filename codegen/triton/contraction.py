@@ -252,8 +252,11 @@ def dot_kernel(r: Scope, name: str, names: dict, policy, root: Scope | None = No
         ka, kb = geo.k_env(kt)
         a = _tile(em, side_a, {**geo.a_env, **ka}, ("m", "ka"))
         b = _tile(em, side_b, {**geo.b_env, **kb}, ("kb", "n"))
-        if "kb" not in b.zero:
-            a = kt.masked(a, {"ka"})  # padded summation lanes must add nothing
+        # padded summation lanes must add nothing: 0 times a finite value
+        if not ("kb" in b.zero and a.finite or "ka" in a.zero and b.finite):
+            a = kt.masked(a, {"ka"})
+            if not b.finite:
+                b = kt.masked(b, {"kb"})
         a = a if a.code.isidentifier() else em.temp("a", a)
         b = b if b.code.isidentifier() else em.temp("b", b)
         kt.line(f"acc = tl.dot({a.code}.to(DOT_DTYPE), {b.code}.to(DOT_DTYPE), acc,")

@@ -42,6 +42,7 @@ INFIX = {BinOp.ADD: (" + ", ADD), BinOp.SUB: (" - ", ADD), BinOp.MUL: (" * ", MU
 COMPARE_SYMBOL = {BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==",
                   BinOp.NE: "!="}
 FALSE_AT_ZERO = frozenset({BinOp.LT, BinOp.GT, BinOp.NE})  # op(0, 0) is 0
+BOUNDED = frozenset({UnOp.NEG, UnOp.RELU, UnOp.ABS, UnOp.TANH, UnOp.SIGMOID, UnOp.ERF})
 IDENTITY = {Reduce.SUM: "0.0", Reduce.MAX: 'float("-inf")', Reduce.MIN: 'float("inf")'}
 
 class CannotFuse(Exception):
@@ -155,23 +156,33 @@ class TileEmitter:
         if x.const is not None:
             return constant(float(NP_UNARY[op](np.float64(x.const))))
         zero = x.zero if op in ZERO_PRESERVING else frozenset()
+        # finite on padded lanes: bounded functions of finite values; exp and sqrt of lanes
+        # that are all 0 (1 and 0); never log or recip (-inf and inf at 0)
+        finite = x.finite and (op in BOUNDED or op in (UnOp.EXP, UnOp.SQRT) and x.zero >= x.axes)
         if op is UnOp.NEG:
-            return Value(f"-{x.atom if x.prec <= MUL else x.code}", x.axes, x.level, ADD, zero)
+            return Value(f"-{x.atom if x.prec <= MUL else x.code}", x.axes, x.level, ADD, zero,
+                         finite=finite)
         if op is UnOp.RECIP:
             return Value(f"1.0 / {x.atom if x.prec <= MUL else x.code}", x.axes, x.level, MUL)
         arg = x.code if op not in (UnOp.TANH, UnOp.SIGMOID) or x.prec >= MUL else f"({x.code})"
         return Value(UNARY[op].format(arg), x.axes, x.level,
-                     ADD if op is UnOp.TANH else MUL if op is UnOp.SIGMOID else ATOM, zero)
+                     ADD if op is UnOp.TANH else MUL if op is UnOp.SIGMOID else ATOM, zero,
+                     finite=finite)
 
     def binary(self, op: BinOp, a: Value, b: Value) -> Value:
         if a.const is not None and b.const is not None:
             return constant(float(NP_BINARY[op](np.float64(a.const), np.float64(b.const))))
         axes, level = a.axes | b.axes, max(a.level, b.level)
-        zero = (a.zero | b.zero) if op is BinOp.MUL else a.zero if op is BinOp.DIV \
-            else a.zero & b.zero
+        # padded lanes hold 0 where a factor is 0 and the other finite (0 * inf is NaN), where
+        # a numerator is 0 over a non-zero constant, where both terms of a sum are 0
+        zero = (a.zero if b.finite else frozenset()) | (b.zero if a.finite else frozenset()) \
+            if op is BinOp.MUL else a.zero if op is BinOp.DIV and b.const not in (None, 0.0) \
+            else frozenset() if op is BinOp.DIV else a.zero & b.zero
+        finite = a.finite and b.finite and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.MAX,
+                                                  BinOp.MIN)
         if op in (BinOp.MAX, BinOp.MIN):
             fn = "maximum" if op is BinOp.MAX else "minimum"
-            return Value(extremum(fn, a.code, b.code), axes, level, ATOM, zero)
+            return Value(extremum(fn, a.code, b.code), axes, level, ATOM, zero, finite=finite)
         if op is BinOp.POW:
             return self.power(a, b)
         if op is BinOp.MASK:
@@ -179,12 +190,13 @@ class TileEmitter:
         if op in COMPARISONS:
             cond = f"{a.code} {COMPARE_SYMBOL[op]} {b.code}"
             zero = a.zero & b.zero if op in FALSE_AT_ZERO else frozenset()
-            return Value(f"tl.where({cond}, 1.0, 0.0)", axes, level, ATOM, zero, cond=cond)
+            return Value(f"tl.where({cond}, 1.0, 0.0)", axes, level, ATOM, zero, cond=cond,
+                         finite=True)
         sym, prec = INFIX[op]
         lhs = a.code if a.prec >= prec else f"({a.code})"
         right_assoc = op in (BinOp.SUB, BinOp.DIV)
         rhs = b.code if b.prec > prec or (b.prec == prec and not right_assoc) else f"({b.code})"
-        return Value(f"{lhs}{sym}{rhs}", axes, level, prec, zero)
+        return Value(f"{lhs}{sym}{rhs}", axes, level, prec, zero, finite=finite)
 
     def select(self, c: Value, a: Value, b: Value) -> Value:
         """``where(c, a, b)`` as ``tl.where`` on ``c``'s boolean form."""
@@ -194,7 +206,8 @@ class TileEmitter:
         zero_b = axes if b.const == 0 else b.zero
         zero = (c.zero & zero_b) | (a.zero & zero_b)
         cond = c.cond or f"{c.code} != 0.0"
-        return Value(f"tl.where({cond}, {a.code}, {b.code})", axes, level, ATOM, zero)
+        return Value(f"tl.where({cond}, {a.code}, {b.code})", axes, level, ATOM, zero,
+                     finite=a.finite and b.finite)
 
     def atom(self, v: Value) -> Value:
         """``v`` as a name or a literal, so that code may repeat it."""
@@ -218,7 +231,7 @@ class TileEmitter:
                 return constant(1.0)
             prod = " * ".join([x.code] * int(abs(k)))
             if k > 0:
-                return Value(prod, axes, level, MUL if k > 1 else ATOM, x.zero)
+                return Value(prod, axes, level, MUL if k > 1 else ATOM, x.zero, finite=x.finite)
             return Value(f"1.0 / ({prod})" if k < -1 else f"1.0 / {x.code}", axes, level, MUL)
         y = self.atom(b)
         # predicates: Triton code, or a Python bool when a constant operand decides them
@@ -283,7 +296,7 @@ class TileEmitter:
         where, mask = self.kt.hoist(name, where, mask, room, level)
         args = f"{where}, mask={mask}, other=0.0" if mask else where
         self.kt.line(f"{name} = tl.load({args}).to(ACC)", level)
-        return Value(name, axes, level, ATOM, frozenset(axes))
+        return Value(name, axes, level, ATOM, frozenset(axes), finite=True)  # 0 off the mask
 
     def inline(self, s: Scope, idx: tuple) -> Value:
         """The value of map scope ``s`` at iterator values ``idx`` (0 outside its range).
@@ -306,7 +319,7 @@ class TileEmitter:
         v = self.value(s.body, env)
         if checks:
             v = Value(f"tl.where({' & '.join(checks)}, {v.code}, 0.0)", v.axes | self.axes_of(idx),
-                      max(v.level, self.level_of(idx)), ATOM, v.zero)
+                      max(v.level, self.level_of(idx)), ATOM, v.zero, finite=v.finite)
         return self.temp(self.names.get(s, "t"), v, self.statement(s))
 
     def reduce_row(self, s: Scope, idx: tuple) -> Value:

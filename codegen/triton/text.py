@@ -84,6 +84,7 @@ class Value:
     zero: frozenset = frozenset()  # axes along which padded (masked-off) lanes hold 0
     const: float | None = None
     cond: str | None = None        # a comparison's boolean form (its code is 1.0 / 0.0)
+    finite: bool = False           # padded lanes hold finite values (0 * them is 0, not NaN)
 
     @property
     def atom(self) -> str:
@@ -92,7 +93,8 @@ class Value:
 
 def constant(v: float) -> Value:
     code = number(v)
-    return Value(code, prec=ADD if code.startswith("-") else ATOM, const=float(v))
+    return Value(code, prec=ADD if code.startswith("-") else ATOM, const=float(v),
+                 finite=math.isfinite(v))
 
 @dataclass
 class Axis:
@@ -226,7 +228,7 @@ class KernelText:
             return v
         shape = ", ".join(self.axes[lb].block for lb in labels)
         code = f"{v.atom if v.prec < ADD else v.code} + tl.full([{shape}], 0.0, dtype=ACC)"
-        return Value(code, frozenset(labels) | v.axes, v.level, ADD, v.zero)
+        return Value(code, frozenset(labels) | v.axes, v.level, ADD, v.zero, finite=v.finite)
 
     def masked(self, v: Value, labels, fill: str = "0.0") -> Value:
         """``v`` with padded lanes of the axes ``labels`` replaced by ``fill``."""
@@ -237,4 +239,4 @@ class KernelText:
             return v
         level = max([v.level] + [self.axes[lb].level for lb in labels])
         return Value(f"tl.where({' & '.join(masks)}, {v.code}, {fill})", v.axes | set(labels),
-                     level, ATOM, v.zero | set(labels))
+                     level, ATOM, v.zero | set(labels), finite=v.finite)

@@ -232,3 +232,21 @@ def _chain(backend, dtype, monkeypatch):
     assert "float()" in kernel.source or "_intermediate" in kernel.source, kernel.source
     tb = torch.rand(256, 256, generator=torch.Generator().manual_seed(0)).to(dtype)
     return tb, best, kernel
+
+
+@pytest.mark.parametrize("text", [
+    "A: f32[4, 37]\nB: f32[4, 37]\nY[i] = sum[k] A[i,k] * recip(B[i,k])",
+    "A: f32[40, 37]\nB: f32[37, 33]\nY[i,j] = sum[k] A[i,k] * recip(B[k,j])",
+    "A: f32[40, 37]\nB: f32[37, 33]\nY[i,j] = sum[k] log(A[i,k]) * B[k,j]",
+    "A: f32[5, 37]\nY[i] = sum[k] A[i,k] / A[i,k]",
+], ids=["reduce_recip", "dot_recip", "dot_log", "reduce_quotient"])
+def test_padded_lanes_add_nothing_when_a_factor_is_infinite_at_zero(text, monkeypatch):
+    """Padded lanes load 0; recip(0), log(0) and 0 / 0 are not finite, and 0 times them is
+    NaN: such products are masked (they were not: every output NaN)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    e = ir.parse(text)
+    values = {n: np.random.default_rng(0).uniform(0.5, 1.5, t.shape)
+              for n, t in ir.inputs(e).items()}
+    got, want, source = run(e, "triton", torch.float32, monkeypatch, **values)
+    assert not np.isnan(got).any(), source
+    np.testing.assert_allclose(got, want, rtol=1e-4, err_msg=source)
