@@ -192,6 +192,8 @@ class Cache:
         """Create the cache folder (0700) and ``folder`` inside it; False when not usable."""
         try:
             safe_files.make_private_dir(self.dir)
+            if safe_files.untrusted_reason(self.dir):  # nothing is created in such a folder
+                return self.usable
             if folder is not None and folder != self.dir:
                 safe_files.make_private_dir(folder)
         except OSError:
