@@ -33,6 +33,7 @@ from ir.check import check
 from ir.errors import IRError
 from ir.equiv import compare
 from ir.nodes import Scope, sub_scopes
+from derivations.dag import TIME_LIMIT as DAG_SECONDS, dag_extract
 from derivations.encode import Encoding, encode
 from derivations.guided import guide as default_guide, operators
 from derivations.index_pass import Guide, IndexPass
@@ -72,6 +73,9 @@ class Derivation:
     rejected: list[tuple[Scope, str]] = field(default_factory=list)  # failed the check, why
     _view: View | None = field(default=None, repr=False)
     _checked: dict = field(default_factory=dict, repr=False)  # fingerprint -> (ok, why)
+    dag: bool = True              # also extract by ILP (derivations.dag), shared scopes once
+    dag_seconds: float = DAG_SECONDS
+    dag_term: Term | None = field(default=None, repr=False)   # the ILP's pick, if any
 
     @property
     def view(self) -> View:
@@ -91,14 +95,21 @@ class Derivation:
         picks = beam.run(root_width=2 * k + 4)
         original = self._candidate(self.expr, (), cost, verified=True)
         seen: dict[object, Candidate] = {self.term: original, _identity(self.expr): original}
-        for pick in picks:
-            term = beam.term(pick)
+        found = [(beam.term(pick), lambda p=pick: beam.chain(p)) for pick in picks]
+        if self.dag:  # the program of least DAG cost: shared scopes paid once
+            dag = dag_extract(view, enc, cost, self.dag_seconds)
+            if dag is not None:
+                term, nodes = dag
+                self.dag_term = term
+                found.insert(0, (term, lambda: _merge_chains(
+                    [c for n in nodes if (c := view.chain(n))])))
+        for term, chain in found:
             if term in seen:
                 continue
             program = _as_root(enc.decode(term, enc.root_order), self.expr)
             ident = _identity(program)
             if ident not in seen:
-                seen[term] = seen[ident] = self._candidate(program, beam.chain(pick), cost, None)
+                seen[term] = seen[ident] = self._candidate(program, chain(), cost, None)
         ranked = sorted({id(c): c for c in seen.values()}.values(),  # equal cost: less work
                         key=lambda c: (c.cost, sum(map(flops, sub_scopes(c.program)))))
         out: list[Candidate] = []
