@@ -85,7 +85,7 @@ def wait_ready(p: subprocess.Popen, timeout: float = 60) -> bool:
 
 
 def test_sigkill_while_compiling_then_a_run_is_correct(tmp_path):
-    from ollie.cache import Cache
+    from ollie.cache import Cache, compiler_digest
     cache_dir = tmp_path / "cache"
     rng = random.Random(int(os.environ.get("OLLIE_KILL_SEED", "10")))
     window = 3.0  # seconds after "go" to kill within; a run that ends first narrows it
@@ -117,6 +117,7 @@ def test_sigkill_while_compiling_then_a_run_is_correct(tmp_path):
     go(nxt)
     code, out, err = finish(nxt)
     assert code == 0 and "correct" in out, err[-2000:]
+    compiler_digest.cache_clear()
     cache = Cache(cache_dir)
     leftovers = [f for f in cache.entries_dir.glob("*.tmp")] + list(cache.dir.glob(".*.tmp"))
     assert not leftovers, f"dead writers' files left: {leftovers}"
@@ -137,7 +138,7 @@ def _dead_pid() -> int:
 
 
 def test_three_processes_compiling_the_same_function_at_once(tmp_path):
-    from ollie.cache import Cache
+    from ollie.cache import Cache, compiler_digest
     cache_dir = tmp_path / "cache"
     procs = [start(cache_dir, tmp_path) for _ in range(3)]
     for p in procs:
@@ -148,6 +149,7 @@ def test_three_processes_compiling_the_same_function_at_once(tmp_path):
     results = [finish(p) for p in procs]
     for code, out, err in results:
         assert code == 0 and "correct" in out, err[-2000:]
+    compiler_digest.cache_clear()  # the children's: this checkout may have changed meanwhile
     info = Cache(cache_dir).info()
     assert info["ignored"] == 0 and info["temporary"] == 0 and info["entries"] >= 1, info
     later = start(cache_dir, tmp_path)   # and a later one reuses them
