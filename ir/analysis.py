@@ -33,8 +33,9 @@ def numel(source) -> int:
 
 
 def flops(scope: Scope) -> int:
-    """Iteration points × (operators in the body, + 1 for the accumulate of a reduction)."""
-    ops = sum(isinstance(n, (Binary, Unary)) for n in walk(scope.body))
+    """Iteration points × (distinct operators in the body -- a repeated sub-expression is
+    computed once by the lowerings --, + 1 for the accumulate of a reduction)."""
+    ops = len({n for n in walk(scope.body) if isinstance(n, (Binary, Unary))})
     return iteration_points(scope) * (ops + bool(scope.summation))
 
 

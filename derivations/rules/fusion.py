@@ -132,12 +132,18 @@ class _Atoms:
                 out = Binary(BinOp.MUL, out, f)
             return out if coeff == 1 else Binary(BinOp.MUL, Const(float(coeff)), out)
         if isinstance(p, sympy.Pow) and p.exp.is_Integer and int(p.exp) > 0:
-            base = self.to_expr(p.base)
-            out = base
-            for _ in range(int(p.exp) - 1):
-                out = Binary(BinOp.MUL, out, base)
-            return out
+            return _by_squaring(self.to_expr(p.base), int(p.exp))
         raise ValueError(f"not a polynomial over atoms: {p}")
+
+
+def _by_squaring(x, n: int):
+    """``x**n`` as products by repeated squaring, each square one shared term (computed
+    once by the lowerings): ``x**4 = (x*x) * (x*x)``, 2 products instead of 3."""
+    if n == 1:
+        return x
+    half = _by_squaring(x, n // 2)
+    square = Binary(BinOp.MUL, half, half)
+    return square if n % 2 == 0 else Binary(BinOp.MUL, square, x)
 
 
 def _rewrite(scope: Scope, how) -> list[Scope]:
@@ -158,7 +164,8 @@ def _rewrite(scope: Scope, how) -> list[Scope]:
 
 
 def _size(e) -> int:
-    return sum(1 for _ in walk(e))
+    """Operations of ``e``, a repeated sub-term counted once (the lowerings compute it once)."""
+    return len({n for n in walk(e) if isinstance(n, (Binary, Unary))})
 
 
 def distribute(scope: Scope) -> list[Scope]:

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import codegen
-from ir import Tensor, analytic_cost, evaluate, iteration_points, ops
+from ir import Tensor, analytic_cost, evaluate, flops, iteration_points, ops
 from ir.patterns import classify
 from ir.nodes import sub_scopes
 
@@ -39,6 +39,7 @@ class Case:
     max_points: int        # scopes of the derived program iterating over more points are ...
     library: tuple = ()    # ... these library operators (ir.patterns.classify), all used
     total: int | None = None  # iteration points of all its scopes together, at most
+    most_flops: int | None = None  # flops (distinct operators per point) together, at most
 
 
 def _kron(a, b):
@@ -111,6 +112,9 @@ CASES = {
     "like_terms": Case(lambda u, v: ops.add(ops.add(ops.mul(u, v), ops.mul(v, u)),
                                             ops.mul(u, v)),
                        lambda u, v: u * v + v * u + u * v, ((N,), (N,)), N, (), N),
+    "repeated_product_in_a_function": Case(
+        lambda u: ops.exp(ops.add(ops.mul(ops.mul(ops.mul(u, u), u), u), 1.0)),
+        lambda u: torch.exp(u * u * u * u + 1.0), ((V,),), V, (), V, 4 * V),  # x*x once
     "sum_of_sums": Case(lambda a: ops.sum(ops.sum(a, 1), 0), lambda a: a.sum(1).sum(0),
                         ((N, K),), N * K, (), N * K),
     "max_of_max": Case(lambda a: ops.amax(ops.amax(a, 1), 0), lambda a: a.amax(1).amax(0),
@@ -179,6 +183,8 @@ def test_the_cheaper_program_is_derived_in_time(name):
     heavy = [s for s in sub_scopes(best.program) if iteration_points(s) > case.max_points]
     assert all(classify(s) in case.library for s in heavy), (best.program, best.rule_chain)
     assert set(case.library) <= set(best.operators), (best.operators, best.program)
+    if case.most_flops is not None:
+        assert sum(map(flops, sub_scopes(best.program))) <= case.most_flops, best.program
     if case.total is not None:
         total = sum(iteration_points(s) for s in sub_scopes(best.program))
         assert total <= case.total, (total, best.program, best.rule_chain)
