@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 # Before torch loads: spin-waiting OpenMP threads make side-by-side timings meaningless on a
 # shared machine (the command measures; a user's own program sets what it likes).
@@ -173,6 +174,23 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _one_line_warnings() -> None:
+    """Ollie's own warnings (an untrusted cache folder, a region left eager) as the one line
+    they are, not Python's ``file:line: Category: message`` plus a source line."""
+    shown = warnings.showwarning
+    if getattr(shown, "ollie_one_line", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__name__ in ("CacheWarning", "OllieWarning"):
+            print(str(message).strip().splitlines()[0], file=file or sys.stderr)
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    show.ollie_one_line = True
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -180,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse already printed the usage message
         return int(e.code or 0)
     out = sys.stdout
+    _one_line_warnings()
     try:
         return args.run(args, out)
     except BrokenPipeError:  # `ollie derive ... | head`: the reader left, that is fine

@@ -351,8 +351,9 @@ def tune(n_cases: int = 40, cache_dir=None, cap: float = 0.1, seed: int | None =
     from ollie.cache import Cache, CacheRefused
     from ollie.cost.remeasure import remeasure_noisy
     cache = Cache(cache_dir)
-    if not cache.ensure_dir():
-        raise CacheRefused(cache.refusal() or f"cannot create the cache folder {cache.dir}")
+    why = cache.refusal()
+    if why or not cache.ensure_dir():
+        raise CacheRefused(why or f"cannot create the cache folder {cache.dir}")
     seed = int(time.time()) if seed is None else seed
     new = generate(n_cases, seed, cap, budget_s, derived, cache.measurements_path, progress)
     device = measure.device_string()

@@ -82,6 +82,18 @@ def test_torch_text_errors_are_one_error_and_exit_2(capsys, expression, says):
     assert says in line and "invalid syntax: invalid syntax" not in err
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "getuid"), reason="POSIX permissions")
+def test_tune_refuses_a_cache_folder_others_can_write(capsys, tmp_path):
+    import os
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    code, out, err, _ = run(capsys, "tune", "--cases", "1", "--dir", str(shared))
+    assert code == 2
+    assert "writable by" in one_error(err, "tune") and len(err.splitlines()) == 1
+    assert os.listdir(shared) == []
+
+
 def test_a_misspelt_reduction_says_what_was_meant(capsys):
     code, out, err, _ = run(capsys, "derive", "C[i,j] = summ[k] A[i,k] * B[k,j]",
                             "--shape", "A=4,4", "--shape", "B=4,4")
