@@ -16,17 +16,31 @@ factors that do not read it: ``sum[j] exp(x[i] + y[j]) = exp(x[i]) * sum[j] exp(
 Each direction is its own rule, named ``lhs->rhs`` in the rule chain. A side condition
 ``a > 0`` holds where the facts ruleset ``positivity`` proves ``Positive(a)``: ``exp`` is
 positive, so are positive constants and sums and products of positives.
+
+Floating-point range. The verifier proves identities over the reals; ``exp`` overflows to
+inf above 88.7 and underflows to 0 below about -87 in float32, where ``exp(a)*exp(b)`` and
+``exp(a+b)`` part (inf against a number, as ``derivations.rules.facts`` explains for
+``log(exp x)``). So a rule whose ``exp`` reads anything but a ``log`` applies only where the
+interval facts (``intervals``: ``lo``/``hi``) keep the operands those arguments read within
+``[-B, B]``, ``B`` the largest bound that keeps every such argument, on both sides, within
+``EXP_RANGE`` (``exp(a+b)``: ``B = 43``). ``exp(log u)`` needs none: ``log`` of a finite
+float is at most 88.7. Reads of input tensors have no interval, so ``sum[j] exp(x[i] +
+y[j])`` stays as it is, while ``sum[j] exp(tanh(x[i]) + tanh(y[j]))`` splits.
 """
 from __future__ import annotations
 
 from egglog import MultiSet, Set, String, eq, f64, relation, rule, ruleset, set_, union, var
 
-from derivations.lang import EBody, EScope, made_by
+from derivations.lang import EBody, EScope, hi, lo, made_by
 from derivations.rules import Rules
 from derivations.rules.analysis import PROVENANCE
+from derivations.rules.facts import INTERVALS
 from derivations.synthesis.lang import Rule, is_pointwise, ops_of, parse_rule, to_text
 
-__all__ = ["Positive", "POSITIVITY", "GENERATED", "loaded_rules", "rule_name"]
+__all__ = ["Positive", "POSITIVITY", "GENERATED", "loaded_rules", "rule_name", "exp_bound",
+           "EXP_RANGE"]
+
+EXP_RANGE = (-87.0, 88.0)  # float32 exp: inf above 88.72, subnormal and then 0 below -87.3
 
 Positive = relation("Positive", EBody)
 
@@ -61,9 +75,64 @@ def loaded_rules() -> list[Rule]:
         r = parse_rule(text)
         ops = ops_of(r.lhs) | ops_of(r.rhs)
         if tag == "new" and is_pointwise(r.lhs) and is_pointwise(r.rhs) and \
-                ops & {"exp", "log"} and not _has_zero(r):
+                ops & {"exp", "log"} and not _has_zero(r) and exp_bound(r) is not None:
             out.append(r)
     return out
+
+
+def _exp_args(t: tuple) -> list[tuple]:
+    if t[0] in ("var", "const"):
+        return []
+    own = [t[1]] if t[0] == "exp" else []
+    return own + [a for c in t[1:] for a in _exp_args(c)]
+
+
+def _interval(t: tuple, bound: float) -> tuple[float, float]:
+    """Interval of ``t`` with every operand in ``[-bound, bound]``."""
+    op = t[0]
+    if op == "var":
+        return -bound, bound
+    if op == "const":
+        return float(t[1]), float(t[1])
+    if op == "neg":
+        low, high = _interval(t[1], bound)
+        return -high, -low
+    (a, b), (c, d) = _interval(t[1], bound), _interval(t[2], bound)
+    if op == "add":
+        return a + c, b + d
+    if op == "sub":
+        return a - d, b - c
+    products = (a * c, a * d, b * c, b * d)
+    return min(products), max(products)
+
+
+def exp_bound(r: Rule) -> float | None:
+    """The bound ``B`` on the operands read by ``r``'s ``exp`` arguments (module doc); ``0.0``
+    when every ``exp`` reads a ``log`` (no bound needed), None when no bound keeps them in
+    ``EXP_RANGE`` (an argument with a nested exp or log, or a constant out of range)."""
+    args = [t for side in (r.lhs, r.rhs) for t in _exp_args(side) if t[0] != "log"]
+    if not args:
+        return 0.0
+    if any(ops_of(t) & {"exp", "log"} for t in args):
+        return None
+
+    def fits(bound: float) -> bool:
+        return all(EXP_RANGE[0] <= low and high <= EXP_RANGE[1]
+                   for low, high in (_interval(t, bound) for t in args))
+
+    if not fits(1.0):
+        return None
+    low, high = 1.0, EXP_RANGE[1]
+    for _ in range(50):
+        mid = (low + high) / 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return float(int(low + 1e-6))
+
+
+def _guarded(r: Rule) -> set[str]:
+    """The operands whose intervals the float-range guard bounds."""
+    return {v for side in (r.lhs, r.rhs) for t in _exp_args(side) if t[0] != "log"
+            for v in _vars(t)}
 
 
 def _has_zero(r: Rule) -> bool:
@@ -93,8 +162,10 @@ def _pattern(t: tuple, names: dict):
     return EBody.bin(_BIN[op], _pattern(t[1], names), _pattern(t[2], names))
 
 
-def _direction(lhs: tuple, rhs: tuple, positive: tuple[str, ...]):
-    """The egglog rule rewriting the factors ``lhs`` of a sum node into ``rhs``, or None."""
+def _direction(lhs: tuple, rhs: tuple, positive: tuple[str, ...], guard: set[str],
+               bound: float):
+    """The egglog rule rewriting the factors ``lhs`` of a sum node into ``rhs``, or None;
+    the operands in ``guard`` must have intervals within ``[-bound, bound]``."""
     names = {}
     out, sums = var("out", Set[String]), var("sums", Set[String])
     fs, chain = var("fs", MultiSet[EBody]), var("chain", String)
@@ -116,6 +187,10 @@ def _direction(lhs: tuple, rhs: tuple, positive: tuple[str, ...]):
     if any(v not in names for v in _vars(rhs)):
         return None
     facts += [Positive(names[p]) for p in positive]
+    for v in sorted(guard):
+        low, high = var(f"lo_{v}", f64), var(f"hi_{v}", f64)
+        facts += [eq(low).to(lo(names[v])), low >= f64(-bound),
+                  eq(high).to(hi(names[v])), high <= f64(bound)]
     new = rest
     for f in _factors(rhs):
         new = new.insert(_pattern(f, names))
@@ -149,12 +224,12 @@ def _build() -> Rules:
         for lhs, rhs in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
             if lhs[0] == "var":
                 continue
-            built = _direction(lhs, rhs, r.positive)
+            built = _direction(lhs, rhs, r.positive, _guarded(r), exp_bound(r))
             if built is not None:
                 rules.append(built)
     return Rules("generated", "synthesized exp/log rules (derivations/rules/generated.py) on "
-                 "the factors of sum nodes", ruleset(*rules, name="generated"),
-                 needs=(PROVENANCE, POSITIVITY), ops=_ops(rules_loaded))
+                 "the factors of sum nodes, exp kept in float range", ruleset(*rules, name="generated"),
+                 needs=(PROVENANCE, POSITIVITY, INTERVALS), ops=_ops(rules_loaded))
 
 
 GENERATED = _build()

@@ -21,7 +21,7 @@ from fractions import Fraction
 import sympy
 
 from derivations.synthesis.exact import (
-    NAN, X, _KEY, _NUM, _atom, _known_positive, _make, _mono_num, _parts, _positive, _power,
+    NAN, X, _KEY, _NUM, _atom, _known_positive, _make, _mono_num, _nonneg, _parts, _power,
     _from_key, _require, add, mul, neg, num,
 )
 
@@ -163,7 +163,7 @@ def func(op: str, *args):
     terms, conds = _parts(p)
     value = X(terms).numeric() if terms else 0
     if op in ("relu", "abs"):
-        if _positive(terms) or (value is not None and value >= 0):
+        if _nonneg(terms) or (value is not None and value >= 0):
             return p
         if value is not None:
             return 0 if op == "relu" else neg(p)
@@ -183,11 +183,13 @@ def func(op: str, *args):
     for a in args[1:]:
         conds |= _parts(a)[1]
     key = (op,) + tuple(frozenset(_parts(a)[0].items()) for a in args)
-    if op == "sqrt" and value is None:   # NaN below 0: defined where the argument is >= 0
+    if op == "sqrt" and value is None and not _nonneg(terms):  # NaN below 0
         conds = conds | {("nonneg", key[1])}
     if op == "recip" and value is None:
         conds = conds | {("nonzero", key[1])}
-    return X({((_atom(key, numeric, False), 1),): 1}, conds)
+    atom = _atom(key, numeric, positive=op == "sigmoid",
+                 nonneg=op in ("relu", "abs", "sqrt", "sigmoid"))
+    return X({((atom, 1),): 1}, conds)
 
 
 def maxn(op: str, values):

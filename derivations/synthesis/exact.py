@@ -54,16 +54,21 @@ _ID: dict[tuple, int] = {}
 _KEY: list[tuple] = []
 _NUM: list[float | None] = []     # the atom's real value when it has no variables
 _POS: list[bool] = []             # positive whatever the variables are (E, L_p, exp(..))
+_NONNEG: list[bool] = []          # at least 0 whatever the variables are (relu, abs, sqrt)
+_ROOTS: dict[int, frozenset] = {}  # sqrt atoms -> their argument's terms (sqrt(q)^2 = q)
 _POSITIVE: frozenset[int] = frozenset()   # variables assumed positive (assume_positive)
 
 
-def _atom(key: tuple, numeric: float | None, positive: bool) -> int:
+def _atom(key: tuple, numeric: float | None, positive: bool, nonneg: bool = False) -> int:
     a = _ID.get(key)
     if a is None:
         a = _ID[key] = len(_KEY)
         _KEY.append(key)
         _NUM.append(numeric)
         _POS.append(positive)
+        _NONNEG.append(nonneg or positive)
+        if key[0] == "sqrt":
+            _ROOTS[a] = key[1]
     return a
 
 
@@ -86,6 +91,10 @@ def assume_positive(variables):
 
 def _known_positive(a: int) -> bool:
     return _POS[a] or a in _POSITIVE or (_NUM[a] is not None and _NUM[a] > 0)
+
+
+def _known_nonneg(a: int) -> bool:
+    return _NONNEG[a] or _known_positive(a) or (_NUM[a] is not None and _NUM[a] >= 0)
 
 
 # -- monomials: tuples of (atom, power) sorted by atom ----------------------------------------
@@ -249,7 +258,37 @@ def mul(p, q):
                 out[m] = s
             else:
                 out.pop(m, None)
+    if _ROOTS and any(a in _ROOTS and k >= 2 for m in out for a, k in m):
+        return _square_roots(out, cp | cq)
     return _make(out, cp | cq)
+
+
+def _square_roots(terms: dict, conds: frozenset):
+    """``sqrt(q)^2 = q``: exact where ``sqrt(q)`` is defined (its ``q >= 0`` condition is
+    already among the conditions of any value that reads it)."""
+    out = 0
+    for m, c in terms.items():
+        rest, roots = [], []
+        for a, k in m:
+            if a in _ROOTS and k >= 2:
+                roots.append((a, k // 2))
+                if k % 2:
+                    rest.append((a, 1))
+            else:
+                rest.append((a, k))
+        value = X({tuple(rest): c})
+        for a, half in roots:
+            for _ in range(half):
+                value = mul(value, _make(dict(_ROOTS[a]), frozenset()))
+        out = add(out, value)
+    return _with_conds(out, conds)
+
+
+def _with_conds(v, conds: frozenset):
+    if v is NAN or not conds:
+        return v
+    terms, own = _parts(v)
+    return X(terms, own | conds)
 
 
 def _power(p, k: int):
@@ -272,6 +311,12 @@ def _positive(terms: dict) -> bool:
         if c <= 0 or not all(_known_positive(a) for a, _ in m):
             return False
     return True
+
+
+def _nonneg(terms: dict) -> bool:
+    """Provably >= 0: positive coefficients, and every atom of odd power known >= 0."""
+    return all(c > 0 and all(k % 2 == 0 or _known_nonneg(a) for a, k in m)
+               for m, c in terms.items())
 
 
 def _require(terms: dict, conds: frozenset):
