@@ -68,6 +68,35 @@ def dilated_conv(x, w):
     return F.conv2d(x, w, padding=2, dilation=2)
 
 
+# -- research-code algebra (spellings as found in the wild) -----------------------------------
+def trace_product(a, b):
+    return torch.trace(a @ b)
+
+
+def diag_product(a, b):
+    return torch.diagonal(a @ b.T) * 2
+
+
+def pairwise_sqdist(x, y):
+    return ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
+
+
+def kron_matvec(p, q, v):
+    return torch.kron(p, q) @ v
+
+
+def common_factor(a, b, c):
+    return a @ b + c @ b
+
+
+def stack_sum(x, w1, w2, w3):
+    return torch.stack([x @ w1, x @ w2, x @ w3]).sum(0)
+
+
+def row_loop(x, w):
+    return torch.stack([torch.tanh(x[i] @ w) for i in range(x.shape[0])])
+
+
 def broadcast_tanh_sum(x, y):
     # Nothing for Ollie to derive (tanh blocks the algebra): Inductor's fused loop must stay.
     return torch.tanh(x[:, None, :] * y[None, :, :] + 1).sum(-1)
@@ -126,6 +155,35 @@ def _chunked_band_pv(s):
     return gbmm_fn(w, 4), _inputs((heads, seq, 2 * w + 1), (heads, seq, feats))
 
 
+def _square_pair(s):
+    n = _dim(1024, s, 2)
+    return _inputs((n, n), (n, n))
+
+
+def _pairwise(s):
+    return pairwise_sqdist, _inputs((_dim(1024, s, 2), _dim(64, s)), (_dim(1024, s, 2),
+                                                                      _dim(64, s)))
+
+
+def _kron(s):
+    m = _dim(64, s, 2)
+    return kron_matvec, _inputs((m, m), (m, m), (m * m,))
+
+
+def _common_factor(s):
+    n = _dim(512, s, 2)
+    return common_factor, _inputs((n, n), (n, n), (n, n))
+
+
+def _stack_sum(s):
+    n = _dim(512, s, 2)
+    return stack_sum, _inputs((n, n), (n, n), (n, n), (n, n))
+
+
+def _row_loop(s):
+    return row_loop, _inputs((_dim(32, s, 2), _dim(256, s)), (_dim(256, s), _dim(256, s)))
+
+
 def _broadcast_tanh_sum(s):
     n, d = _dim(256, s, 2), _dim(64, s)
     return broadcast_tanh_sum, _inputs((n, d), (n, d))
@@ -144,6 +202,14 @@ CASES = [
     Case("conv3x3", "conv2d 3×3, padding 1", _conv3x3),
     Case("conv_transpose", "conv_transpose2d 4×4, stride 2", _conv_transpose),
     Case("dilated_conv", "conv2d 3×3, dilation 2", _dilated),
+    Case("trace_product", "torch.trace(a @ b)", lambda s: (trace_product, _square_pair(s))),
+    Case("diag_product", "torch.diagonal(a @ b.T) * 2", lambda s: (diag_product,
+                                                                    _square_pair(s))),
+    Case("pairwise_sqdist", "((x[:, None] - y[None]) ** 2).sum(-1)", _pairwise),
+    Case("kron_matvec", "torch.kron(p, q) @ v", _kron),
+    Case("common_factor", "a @ b + c @ b", _common_factor),
+    Case("stack_sum", "torch.stack([x @ w1, x @ w2, x @ w3]).sum(0)", _stack_sum),
+    Case("row_loop", "torch.stack([tanh(x[i] @ w) for i in rows])", _row_loop),
     Case("broadcast_tanh_sum", "tanh(x[:, None] * y[None] + 1).sum(-1): left to Inductor",
          _broadcast_tanh_sum),
 ]
