@@ -54,7 +54,8 @@ try:
 except derivations.InputTooDeep as e:
     row["refused"] = str(e)
     row["derive_s"] = time.perf_counter() - t0
-row["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+row["peak_mb"] = max(resource.getrusage(who).ru_maxrss / 1024  # this process, or a child
+                    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 print(json.dumps(row))
 """
 
@@ -75,7 +76,7 @@ def test_a_long_elementwise_chain_derives_within_budget_and_memory(kind, n):
     row = derive_in_child(kind, n, budget)
     assert "refused" not in row, row
     assert row["derive_s"] <= budget + GOAL_SLACK_S, row
-    assert row["child_peak_mb"] <= MAX_MB and row["peak_mb"] <= MAX_MB, row
+    assert row["peak_mb"] <= MAX_MB, row
     assert row["candidates"] >= 1
 
 
@@ -86,13 +87,13 @@ def test_deeper_inputs_are_refused_with_one_clear_message(kind, n):
     assert "refused" in row, row
     message = row["refused"]
     assert "\n" not in message and "levels deep" in message and "256" in message
-    assert row["derive_s"] <= 2.0 + GOAL_SLACK_S and row["child_peak_mb"] <= MAX_MB
+    assert row["derive_s"] <= 2.0 + GOAL_SLACK_S and row["peak_mb"] <= MAX_MB
 
 
 def test_a_billion_wide_matmul_derives_in_bounded_memory():
     row = derive_in_child("huge", 0, 2.0)
     assert row["derive_s"] <= 2.0 + GOAL_SLACK_S, row
-    assert row["child_peak_mb"] <= MAX_MB, row
+    assert row["peak_mb"] <= MAX_MB, row
 
 
 LIVE_RANGE = """
