@@ -99,8 +99,9 @@ class Encoding:
         are *kept* (a name keeps one range: an iterator whose name is known with another
         range, or that a by-name read would capture, gets a name derived from both), so
         a rule's result meets the e-class it came from and equal results meet each other."""
-        saved = self._refs, self._positional, self._renamed, self._keep
+        saved = self._refs, self._positional, self._renamed, self._keep, self._own_order
         self._refs, self._positional, self._renamed, self._keep = Counter(), {}, {}, True
+        self._own_order = {}  # keyed by id(): valid while this call's scopes are alive
         try:
             for s in sub_scopes(root):
                 for a in accesses(s.body):
@@ -108,7 +109,7 @@ class Encoding:
                         self._refs[id(a.source)] += 1
             return self._scope(root, None)
         finally:
-            self._refs, self._positional, self._renamed, self._keep = saved
+            self._refs, self._positional, self._renamed, self._keep, self._own_order = saved
 
     def _kept(self, it: Iter, taken: frozenset[str] = frozenset()) -> str:
         """Derived mode: ``it``'s own name unless it names another range or is ``taken``."""

@@ -102,6 +102,15 @@ CASES = {
     "kron_mm": Case(lambda a, b, x: ops.mm(_kron(a, b), x),
                     lambda a, b, x: torch.kron(a, b) @ x, ((32, 24), (16, 12), (288, 4)),
                     40_000),
+    # -- bilinear and quadratic forms in their cheapest order: never a matrix-matrix product
+    "bilinear_chain": Case(lambda x, a, b, y: ops.matmul(ops.matmul(ops.matmul(x, a), b), y),
+                           lambda x, a, b, y: x @ a @ b @ y, ((M,), (M, M), (M, M), (M,)), M * M),
+    "bilinear_einsum": Case(lambda x, a, b, y: ops.einsum("i,ij,jk,k->", x, a, b, y),
+                            lambda x, a, b, y: torch.einsum("i,ij,jk,k->", x, a, b, y),
+                            ((M,), (M, M), (M, M), (M,)), M * M),
+    "quadratic_form_rows": Case(lambda x, a: ops.sum(ops.mul(ops.mm(x, a), x), -1),
+                                lambda x, a: ((x @ a) * x).sum(-1), ((K, M), (M, M)), K * M,
+                                ("matmul",)),
     # -- strength reduction
     "common_factor": Case(lambda a, b, c: ops.add(ops.mm(a, b), ops.mm(c, b)),
                           lambda a, b, c: a @ b + c @ b, ((M, M), (M, M), (M, M)), M * M,
