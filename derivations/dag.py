@@ -35,9 +35,11 @@ TIME_LIMIT = 1.0  # seconds HiGHS may take
 
 
 def dag_extract(view: View, enc: Encoding, cost: Callable[[Scope], float],
-                time_limit: float = TIME_LIMIT) -> tuple[Term, list[ENode]] | None:
+                time_limit: float = TIME_LIMIT, known: dict | None = None
+                ) -> tuple[Term, list[ENode]] | None:
     """The root's term of least DAG cost and the nodes it uses, or None (no solver, no
-    solution in time)."""
+    solution in time). ``known``: own costs of scope nodes already computed (the tree
+    extraction's), reused."""
     try:
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import coo_array
@@ -53,8 +55,9 @@ def dag_extract(view: View, enc: Encoding, cost: Callable[[Scope], float],
     n_vars = len(nodes) + len(classes)
     big = float(len(classes))
     weights = np.zeros(n_vars)
+    known = known or {}
     for n in nodes:
-        weights[index[n]] = _own_cost(n, reps, enc, cost)
+        weights[index[n]] = known[n] if n in known else _own_cost(n, reps, enc, cost)
     rows, cols, vals, lower, upper = [], [], [], [], []
 
     def constraint(terms: list[tuple[int, float]], lo: float, hi: float) -> None:

@@ -97,7 +97,7 @@ class Derivation:
         seen: dict[object, Candidate] = {self.term: original, _identity(self.expr): original}
         found = [(beam.term(pick), lambda p=pick: beam.chain(p)) for pick in picks]
         if self.dag:  # the program of least DAG cost: shared scopes paid once
-            dag = dag_extract(view, enc, cost, self.dag_seconds)
+            dag = dag_extract(view, enc, cost, self.dag_seconds, known=beam._own)
             if dag is not None:
                 term, nodes = dag
                 self.dag_term = term
