@@ -72,7 +72,10 @@ def current_versions() -> dict[str, str | None]:
     torch = sys.modules.get("torch")  # loaded: its own version; else the installed one's,
     torch_version = getattr(torch, "__version__", None) or _package_version("torch")  # fast
     return {"ollie": ollie_version or _package_version("ollie"), "torch": torch_version,
-            "triton": _package_version("triton"), "compiler": compiler_digest()}
+            "triton": _package_version("triton"), "compiler": compiler_digest(),
+            # the switch of the synthesized ruleset (derivations.rules.GENERATED_OPTION):
+            # other rules, other decisions
+            "generated_rules": os.environ.get("OLLIE_GENERATED_RULES", "default")}
 
 
 @functools.lru_cache(maxsize=1)

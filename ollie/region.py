@@ -20,11 +20,9 @@ import codegen
 import ir
 from derivations import Budget, derive
 from derivations.normalize import inline_views
-from ollie import cache
-from ollie.cost import measure
-from ollie import progress
+from ollie import cache, cache_entry, progress
 from ollie import cost as cost_model
-from ollie.cost.timing import interleaved_times
+from ollie.cost import measure
 from ollie.numerics import max_relative_error, tolerance
 
 
@@ -51,14 +49,20 @@ class RegionReport:
     cached: bool = False                              # decision taken from the disk cache
     model_pick_ratio: float | None = None             # time of the model's top pick / best
     backend: str = "torch"                            # codegen backend of the chosen kernel
+    speedup: float | None = None                      # best original time / best derived
+    spread: float | None = None                       # the noise of that ratio (relative)
+    remeasured: int = 0                               # times a noisy decision was re-measured
 
     def cache_entry(self) -> dict:
-        """What the disk cache keeps: enough to redo the decision without deriving."""
+        """What the disk cache keeps: enough to redo the decision without deriving, and to
+        measure it again (``ollie tune``) when its margin was within noise."""
         return {"program": ir.to_text(self.chosen, declarations=True) if self.chosen else None,
+                "original": ir.to_text(self.original, declarations=True),
                 "rule_chain": list(self.rule_chain), "cost_before": self.cost_before,
                 "cost_after": self.cost_after, "eager_s": self.eager_s,
                 "ollie_s": self.ollie_s, "error": self.error, "decision": self.decision,
-                "backend": self.backend}
+                "backend": self.backend, "speedup": self.speedup, "spread": self.spread,
+                "margin": ADOPTION_MARGIN, "remeasured": self.remeasured}
 
     def summary(self) -> str:
         speed = (f", original {self.eager_s * 1e3:.3f} ms vs derived {self.ollie_s * 1e3:.3f} ms"
@@ -119,7 +123,10 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     expected = reference[region.root]
     store = cache.Cache(options.cache_dir) if options.cache else None
     key = cache.region_key(region.expr, tensors) if store else None
-    if store and _from_cache(report, store.get(key), tensors, expected, options):
+    entry = store.get(key) if store else None
+    if entry and cache_entry.needs_remeasure(entry):  # decided within noise: measure once more
+        report.remeasured = entry.get("remeasured", 0) + 1
+    elif _from_cache(report, entry, tensors, expected, options):
         return report
     with progress.progress(options.progress) if show is None else nullcontext(show) as show:
         _derive_and_choose(report, region, reference, tensors, expected, options, show)
@@ -137,6 +144,7 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
     report.rule_chain = tuple(entry.get("rule_chain", ()))
     report.cost_before, report.cost_after = entry.get("cost_before", 0), entry.get("cost_after", 0)
     report.eager_s, report.ollie_s = entry.get("eager_s"), entry.get("ollie_s")
+    report.speedup, report.spread = entry.get("speedup"), entry.get("spread")
     if entry.get("decision") != ADOPTED:
         report.decision = entry.get("decision", "kept")
         return True
@@ -156,7 +164,7 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
 
 
 def _derive_and_choose(report, region, reference, tensors, expected, options, show) -> None:
-    cost = cost_model.default()
+    cost = cost_model.default(options.cache_dir)
     report.cost_before = ir.analysis.program_cost(region.expr, cost)
     try:
         t0 = time.perf_counter()
@@ -190,7 +198,8 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
                         f"/{total} ({backend})")
             results += measure.measure_candidates(
                 [candidate], tensors, expected, cap=options.measure_cap_s, backend=backend,
-                record=options.cache, labels={"family": "region", "case": report.root_name})
+                record=options.cache, labels={"family": "region", "case": report.root_name},
+                cache_dir=options.cache_dir)
             labels.append(backend)
     report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds,
                         f"{backend}: {r.reason}" if r.reason else backend)
@@ -217,9 +226,11 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
 
     inputs = [tensors[n] for n in winner.kernel.input_names]
     with torch.no_grad():
-        (_, report.eager_s), (_, report.ollie_s) = interleaved_times(
-            [eager_region, lambda: winner.kernel(*inputs)], budget_s=options.measure_cap_s)
-    if report.ollie_s >= report.eager_s * ADOPTION_MARGIN:
+        timing = measure.compare(eager_region, lambda: winner.kernel(*inputs),
+                                 budget_s=options.measure_cap_s)
+    report.eager_s, report.ollie_s = timing.eager_best, timing.ollie_best
+    report.speedup, report.spread = timing.speedup, timing.spread
+    if not timing.faster(ADOPTION_MARGIN):
         report.decision = NOT_FASTER
         return
     _adopt(report, winner.kernel)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from ollie import cache, region as region_mod
+from ollie import cache, cache_entry, region as region_mod
+from ollie.cost import measure
 from ollie.capture import regions as regions_mod
 from ollie.capture import rewrite
-from ollie.cost.timing import interleaved_times
 from ollie.numerics import max_relative_error, tolerance
 
 ADOPTION_MARGIN = region_mod.ADOPTION_MARGIN
@@ -32,6 +32,7 @@ class GraphReport:
     timing: tuple[float, float] | None = None    # compiled original vs rewritten, seconds
     timing_cached: bool = False                  # the comparison came from the disk cache
     adopted: bool = False                        # the rewritten graph is what runs
+    remeasured: int = 0                          # a stored comparison within noise, again
 
     @property
     def adopted_regions(self) -> list:
@@ -138,10 +139,14 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
 
 
 def stored_comparison(key: str, report: GraphReport, options) -> bool | None:
-    """Whether the rewritten graph won when this comparison was last measured (None: never);
-    the stored times go into the report, marked as stored."""
+    """Whether the rewritten graph won when this comparison was last measured (None: never,
+    or within noise and not yet measured again); the stored times go into the report,
+    marked as stored."""
     entry = cache.Cache(options.cache_dir).get(key) if options.cache else None
     if not entry or not entry.get("eager_s") or not entry.get("ollie_s"):
+        return None
+    if cache_entry.needs_remeasure(entry):
+        report.remeasured = entry.get("remeasured", 0) + 1
         return None
     report.timing, report.timing_cached = (entry["eager_s"], entry["ollie_s"]), True
     return entry.get("decision") == region_mod.ADOPTED
@@ -153,15 +158,17 @@ def compare(original, rewritten, example_inputs, report: GraphReport, options,
     callables) by the adoption margin, measured on sample inputs; stored under ``key``."""
     inputs = sample_like(example_inputs)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        (a, a_best), (b, b_best) = interleaved_times(
-            [lambda: original(list(inputs)), lambda: rewritten(list(inputs))],
-            budget_s=options.measure_cap_s)
-    report.timing = (a, b)
-    faster = b_best < a_best * ADOPTION_MARGIN
+        timing = measure.compare(lambda: original(list(inputs)),
+                                 lambda: rewritten(list(inputs)),
+                                 budget_s=options.measure_cap_s)
+    report.timing = (timing.eager_best, timing.ollie_best)
+    faster = timing.faster(ADOPTION_MARGIN)
     if options.cache:
         cache.Cache(options.cache_dir).put(key, {
             "program": None, "rule_chain": [], "cost_before": 0.0, "cost_after": 0.0,
-            "eager_s": a, "ollie_s": b, "error": None, "backend": "inductor",
+            "error": None, "backend": "inductor", "margin": ADOPTION_MARGIN,
+            "remeasured": report.remeasured, **timing.entry_fields(),
+            "eager_s": timing.eager_best, "ollie_s": timing.ollie_best,
             "decision": region_mod.ADOPTED if faster else region_mod.NOT_FASTER})
     return faster
 

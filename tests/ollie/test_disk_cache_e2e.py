@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent("""
                                  "should answer")
         cr.derive = forbidden
         cr.measure.measure_candidates = forbidden
-        gp.interleaved_times = forbidden
+        gp.measure.compare = forbidden  # the region's and the graph's timing
 
     torch.manual_seed(0)
     a, b, c = torch.randn(256, 512), torch.randn(512, 512), torch.randn(512, 4)  # 40x fewer flops

@@ -145,9 +145,6 @@ def test_a_forged_entry_that_clamps_the_output_is_not_used_from_a_shared_folder(
     assert s["later"], s  # the clamp passes the check on the first call, then is wrong
 
 
-@pytest.mark.xfail(reason="ollie/region.py records measurements without cache_dir: it must "
-                          "pass measure_candidates(..., cache_dir=options.cache_dir) and "
-                          "cost.default(options.cache_dir)", strict=False)
 def test_everything_ollie_writes_goes_to_cache_dir(played):
     s = played["writes_only_in_cache_dir"]
     assert "raised" not in s, s["raised"]
