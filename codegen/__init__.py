@@ -17,9 +17,12 @@ BACKENDS = {"torch": "codegen.torch_backend", "triton": "codegen.triton_backend"
 __all__ = ["BACKENDS", "Kernel", "lower"]
 
 
-def lower(scope: Scope, backend: str = "torch") -> Kernel:
+def lower(scope: Scope, backend: str = "torch", fused: bool = False) -> Kernel:
     """Compile ``scope`` with ``backend``; call the result with input tensors.
 
+    ``fused``: the code will be compiled by a compiler that fuses elementwise work into
+    reductions (Inductor), so a contraction without data reuse is written as a product and a
+    sum, which it turns into one loop, rather than a library call on copied operands.
     Raises ``ir.errors.IRError`` naming the statement if ``scope`` is not a valid expression.
     """
     if not isinstance(scope, Scope):
@@ -27,4 +30,6 @@ def lower(scope: Scope, backend: str = "torch") -> Kernel:
     if backend not in BACKENDS:
         raise ValueError(f"unknown codegen backend {backend!r}; available: {sorted(BACKENDS)}")
     check(scope)
-    return importlib.import_module(BACKENDS[backend]).lower(scope)
+    module = importlib.import_module(BACKENDS[backend])
+    return module.lower(scope, fused=True) if fused and backend == "torch" else \
+        module.lower(scope)

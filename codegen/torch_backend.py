@@ -47,10 +47,10 @@ RESERVED = {"torch", "F", "banded", "ix", "kernel", "_INDEX"} | set(keyword.kwli
     set(dir(builtins))
 
 
-def lower(scope: Scope) -> Kernel:
+def lower(scope: Scope, fused: bool = False) -> Kernel:
     """Generate, compile and wrap the torch code computing ``scope`` (a valid scope:
-    ``codegen.lower`` checks it first)."""
-    writer = KernelWriter(scope)
+    ``codegen.lower`` checks it first); ``fused``: see ``codegen.lower``."""
+    writer = KernelWriter(scope, fused)
     return Kernel(scope, "torch", writer.input_names, writer.source, "kernel", writer.forms,
                   writer.index_arrays)
 
@@ -93,7 +93,8 @@ def _product_nodes(e: Expr) -> set[int]:
 class KernelWriter:
     """Writes the source of one kernel: parameters, one block per scope, the return."""
 
-    def __init__(self, root: Scope):
+    def __init__(self, root: Scope, fused: bool = False):
+        self.fused = fused
         self.taken: set[str] = set(RESERVED)
         self.index_arrays: dict[str, np.ndarray] = {}
         self.forms: list[str] = []
@@ -209,7 +210,7 @@ class KernelWriter:
                        f"-- shape {s.shape}"
             self.forms.append(m.kind)
             return _indent(lines + [f"{var} = {softmax_call(self, m)}"])
-        library = instantiate(self, s, var)
+        library = None if self.fused and streaming(s) else instantiate(self, s, var)
         if library is not None:
             code, form = library
             self.forms.append(form)
@@ -264,7 +265,7 @@ class KernelWriter:
         """The scope's value (axes: some of the traversal iterators) and its form."""
         traversal = tuple(it.name for it in s.traversal)
         summed = tuple(it.name for it in s.summation)
-        if s.reduce is Reduce.SUM and summed:
+        if s.reduce is Reduce.SUM and summed and not (self.fused and streaming(s)):
             return self.contraction(em, s, traversal, summed)
         v = em.value(s.body)
         if not summed:
@@ -306,6 +307,18 @@ class KernelWriter:
         if any(n not in v.labels and size > 1 for n, size in zip(traversal, shape)):
             code = f"{code if code != v.code else v.atom}.expand({shape_literal(shape)})"
         return code
+
+
+def streaming(s: Scope) -> bool:
+    """A sum of products in which every factor reads a new element at every point (each
+    factor depends on every iterator): nothing is reused, so a library call gains nothing
+    over one fused multiply-and-sum loop, and its operands may need copying (a transposed
+    read flattened for ``dot``)."""
+    if s.reduce is not Reduce.SUM or not s.summation:
+        return False
+    factors = [f for f in product_factors(s.body) if not isinstance(f, Const)]
+    every = {it.name for it in s.traversal + s.summation}
+    return len(factors) > 1 and all(free_iterators(f) == every for f in factors)
 
 
 def chained(scopes) -> bool:

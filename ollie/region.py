@@ -151,7 +151,7 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
     try:
         report.chosen = ir.parse(entry["program"])
         report.backend = entry.get("backend") or _backend(options)
-        kernel = codegen.lower(report.chosen, backend=report.backend)
+        kernel = codegen.lower(report.chosen, backend=report.backend, fused=options.inductor)
         with torch.no_grad():
             out = kernel(*[tensors[n] for n in kernel.input_names])
         report.error = max_relative_error(out, expected)
@@ -199,7 +199,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
             results += measure.measure_candidates(
                 [candidate], tensors, expected, cap=options.measure_cap_s, backend=backend,
                 record=options.cache, labels={"family": "region", "case": report.root_name},
-                cache_dir=options.cache_dir)
+                cache_dir=options.cache_dir, fused=options.inductor)
             labels.append(backend)
     report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds,
                         f"{backend}: {r.reason}" if r.reason else backend)

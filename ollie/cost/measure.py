@@ -146,14 +146,15 @@ class CandidateResult:
         return self.measurement.median if self.measurement else float("inf")
 
 
-def _call_args(candidate, inputs, backend: str = "torch") -> tuple[Callable, tuple]:
+def _call_args(candidate, inputs, backend: str = "torch",
+               fused: bool = False) -> tuple[Callable, tuple]:
     """(callable, positional args) for a candidate: a callable taking ``inputs`` as given,
     an object with ``input_names`` (a kernel: ``inputs`` maps names to tensors) or with
     ``.program`` (a derivations Candidate: lowered with codegen's ``backend``)."""
     fn = candidate
     if not callable(fn) and hasattr(fn, "program"):
         import codegen
-        fn = codegen.lower(fn.program, backend=backend)
+        fn = codegen.lower(fn.program, backend=backend, fused=fused)
     names = getattr(fn, "input_names", None)
     if isinstance(inputs, dict):
         if names is None:
@@ -167,7 +168,8 @@ def measure_candidates(candidates: Sequence, inputs, reference, cap: float = 1.0
                        backend: str = "torch", record: bool = False,
                        dataset: str | os.PathLike | None = None,
                        labels: dict | None = None,
-                       cache_dir: str | os.PathLike | None = None) -> list[CandidateResult]:
+                       cache_dir: str | os.PathLike | None = None,
+                       fused: bool = False) -> list[CandidateResult]:
     """Check each candidate against ``reference`` (a tensor, or a callable of the inputs)
     on the same ``inputs``, then time the correct ones with ``cap`` seconds each.
     Candidates with an IR ``.program`` are lowered with ``backend``; the callable that ran
@@ -186,7 +188,7 @@ def measure_candidates(candidates: Sequence, inputs, reference, cap: float = 1.0
     results = []
     for i, cand in enumerate(candidates):
         try:
-            fn, args = _call_args(cand, inputs, backend)
+            fn, args = _call_args(cand, inputs, backend, fused)
             with torch.no_grad():
                 out = fn(*args)
         except Exception as e:  # a broken candidate is reported, not raised
