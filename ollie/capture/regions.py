@@ -140,9 +140,9 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
 def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     """Why ``region`` is NOT worth deriving, or None when it is.
 
-    Derivations pay off where a reduction's iteration space is much larger than the data
-    the region reads (a contraction, possibly in disguise: a matmul, a conv, a broadcast
-    product summed away): that is where contraction orders, distributivity and the EinNet forms change the
+    Derivations pay off where the reductions' iteration spaces are much larger than the data
+    the region reads (contractions, possibly in disguise: a matmul, a conv, a broadcast
+    product summed away, a loop of matrix-vector products): that is where contraction orders, distributivity and the EinNet forms change the
     work. Elementwise chains and plain reductions are left to Inductor, which fuses them into
     one loop anyway. And a lone library operator over plain operands is already what the
     library does best on a CPU (measured: conv, conv transpose and dilated conv keep the
@@ -154,8 +154,8 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
         return "only moves data"
     expr = inline_views(region.expr)
     data = sum(ir.analysis.numel(t) for t in ir.inputs(expr).values())
-    if not any(s.summation and ir.analysis.iteration_points(s) > 2 * data
-               for s in ir.sub_scopes(expr)):
+    work = sum(ir.analysis.iteration_points(s) for s in ir.sub_scopes(expr) if s.summation)
+    if work <= 4 * data:
         return "no contraction (elementwise work and plain reductions: Inductor fuses them)"
     if len(compute) >= 2 or on_gpu:
         return None
