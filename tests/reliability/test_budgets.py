@@ -54,8 +54,11 @@ try:
 except derivations.InputTooDeep as e:
     row["refused"] = str(e)
     row["derive_s"] = time.perf_counter() - t0
-row["peak_mb"] = max(resource.getrusage(who).ru_maxrss / 1024  # this process, or a child
-                    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+# This process's own peak: VmHWM belongs to its address space (getrusage's maxrss would also
+# carry the parent's peak across fork and exec: a big pytest made every child "1.15 GB").
+with open("/proc/self/status") as status:
+    hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+row["peak_mb"] = max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 print(json.dumps(row))
 """
 
