@@ -84,12 +84,18 @@ class Derivation:
             self.report.classes = len(self._view.classes)
         return self._view
 
-    def candidates(self, k: int, cost: Callable[[Scope], float]) -> list[Candidate]:
-        """The ``k`` cheapest distinct verified programs, plus the original if not among them."""
-        with recursion_room(expression_depth(self.expr)):
-            return self._candidates(k, cost)
+    def candidates(self, k: int, cost: Callable[[Scope], float],
+                   verify_limit: int = VERIFY_LIMIT) -> list[Candidate]:
+        """The ``k`` cheapest distinct verified programs, plus the original if not among them.
 
-    def _candidates(self, k: int, cost: Callable[[Scope], float]) -> list[Candidate]:
+        Programs up to ``verify_limit`` iteration points are checked by the reference
+        interpreter; bigger ones are marked unchecked (a caller that runs every candidate
+        against the original anyway, as the compiler does, passes a small limit)."""
+        with recursion_room(expression_depth(self.expr)):
+            return self._candidates(k, cost, verify_limit)
+
+    def _candidates(self, k: int, cost: Callable[[Scope], float],
+                    verify_limit: int = VERIFY_LIMIT) -> list[Candidate]:
         view, enc = self.view, self.encoding
         beam = _Beam(view, enc, cost, width=k + 2)
         picks = beam.run(root_width=2 * k + 4)
@@ -116,7 +122,7 @@ class Derivation:
         for cand in ranked:
             if len(out) == k:
                 break
-            checked = self._check(cand)
+            checked = self._check(cand, verify_limit)
             if checked is not None:
                 out.append(checked)
         if all(c.program is not self.expr for c in out):
@@ -127,13 +133,13 @@ class Derivation:
         total = float(sum(cost(s) for s in sub_scopes(program)))
         return Candidate(program, total, tuple(chain), verified, operators(program))
 
-    def _check(self, cand: Candidate) -> Candidate | None:
+    def _check(self, cand: Candidate, limit: int = VERIFY_LIMIT) -> Candidate | None:
         """``cand`` marked checked, or None (and reported in ``rejected``) if it is wrong."""
         if cand.program is self.expr:
             return cand
-        key = _identity(cand.program)
+        key = (_identity(cand.program), limit)
         if key not in self._checked:
-            self._checked[key] = _verify(self.expr, cand.program)
+            self._checked[key] = _verify(self.expr, cand.program, limit)
             if self._checked[key][0] is False:
                 self.rejected.append((cand.program, self._checked[key][1]))
         ok = self._checked[key][0]

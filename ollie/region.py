@@ -115,6 +115,7 @@ NOT_CHEAPER = "kept: no derived form is cheaper than the captured one"
 NOT_FASTER = "kept: the derived program measured not clearly faster than the original"
 CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER)
 ADOPTION_MARGIN = 0.95  # a kernel must beat eager by 5%: a tie is noise, not a win
+QUICK_CHECK = 1 << 22   # iteration points the interpreter checks in well under a second
 
 
 def compile_region(region, reference: dict, options, show=None) -> RegionReport:
@@ -171,7 +172,9 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         start = inline_views(region.expr)  # ATen's data movement folded into the reads
         derivation = derive(start, Budget(nodes=options.max_nodes, seconds=options.budget_s),
                             on_iteration=show.derivation(report.root_name))
-        candidates = derivation.candidates(options.candidates, cost)
+        # every candidate is run against the original on sample data below: the reference
+        # interpreter checks only those small enough to be quick
+        candidates = derivation.candidates(options.candidates, cost, verify_limit=QUICK_CHECK)
         second_opinion = _analytic_pick(region.expr, derivation, candidates, cost)
         if start != region.expr:
             candidates, second_opinion = ([replace(c, rule_chain=("inline_views",) + c.rule_chain)
@@ -242,7 +245,7 @@ def _analytic_pick(original: ir.Scope, derivation, candidates: list, cost) -> li
     data (a banded product joined from chunks, say). It is priced by the learned model like
     the others and only measurement decides."""
     analytic = ir.analysis.analytic_cost
-    best = derivation.candidates(1, analytic)[0]
+    best = derivation.candidates(1, analytic, verify_limit=QUICK_CHECK)[0]
     if not best.rule_chain or \
             best.cost >= ir.analysis.program_cost(original, analytic) * 0.95 or \
             any(ir.fingerprint(c.program) == ir.fingerprint(best.program) for c in candidates):

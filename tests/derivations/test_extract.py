@@ -89,7 +89,7 @@ def test_candidates_are_distinct_ranked_and_include_the_original():
 def test_a_candidate_that_fails_the_check_is_discarded_and_reported(monkeypatch):
     e = ops.matmul(ops.matmul(Tensor("a", (6, 5)), Tensor("b", (5, 7))), Tensor("c", (7, 3)))
     d = derive(e)
-    monkeypatch.setattr(extract, "_verify", lambda a, b: (False, "forced failure"))
+    monkeypatch.setattr(extract, "_verify", lambda a, b, limit=None: (False, "forced failure"))
     cands = d.candidates(3, flops)
     assert [c.program for c in cands] == [e]
     assert d.rejected and all(why == "forced failure" for _, why in d.rejected)
