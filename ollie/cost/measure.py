@@ -333,16 +333,19 @@ class Comparison:
 
 
 def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float = 0.5,
-            min_rounds: int = 5, max_rounds: int = 100) -> Comparison:
+            min_rounds: int = 5, max_rounds: int = 100, clear: float = 2.0) -> Comparison:
     """Time ``eager`` and ``ollie`` in interleaved rounds (after one warm-up call each) for
     about ``budget_s`` seconds: they see the same background load, so each round's ratio is
-    meaningful, and the spread of those ratios is the noise of the decision."""
+    meaningful, and the spread of those ratios is the noise of the decision. Timing stops
+    early, after ``min_rounds``, once the best times differ by more than ``clear`` times
+    either way: no adoption threshold lies near such a ratio."""
     eager(), ollie()
     te: list[float] = []
     to: list[float] = []
     start = time.perf_counter()
     while len(te) < max_rounds and (len(te) < min_rounds
-                                    or time.perf_counter() - start < budget_s):
+                                    or (time.perf_counter() - start < budget_s
+                                        and 1 / clear < min(te) / min(to) < clear)):
         for fn, ts in ((eager, te), (ollie, to)):
             t0 = time.perf_counter()
             fn()

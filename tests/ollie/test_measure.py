@@ -87,3 +87,16 @@ def test_cuda_events_time_a_cuda_matmul():
     a = torch.randn(1024, 1024, device="cuda")
     m = measure.measure(torch.mm, a, a, repeat=10)
     assert m.device.startswith("cuda:") and 0 < m.min <= m.median < 0.1
+
+
+def test_compare_stops_early_only_when_the_decision_is_clear():
+    import time as _time
+
+    from ollie.cost.measure import compare
+
+    slow = lambda: _time.sleep(0.004)  # noqa: E731
+    fast = lambda: _time.sleep(0.0005)  # noqa: E731
+    clear = compare(slow, fast, budget_s=1.0, min_rounds=5)
+    assert clear.rounds == 5 and clear.speedup > 2
+    close = compare(slow, slow, budget_s=0.2, min_rounds=5)
+    assert close.rounds > 5  # a tie is timed for the whole budget
