@@ -273,3 +273,13 @@ def test_backend_name_works_in_a_fresh_process(first):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-1500:]
+
+
+def test_dynamic_shapes_are_left_to_inductor_with_a_reason():
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    compiled = torch.compile(chain, backend=backend)  # dynamic=None: the 2nd shape is symbolic
+    for m in (64, 96, 128):
+        a, b, c = chain_args(m, 32, 4)
+        assert torch.allclose(compiled(a, b, c), chain(a, b, c), atol=1e-4)
+    notes = [r.note or "" for r in backend.reports]
+    assert any("dynamic shapes" in n for n in notes), notes
