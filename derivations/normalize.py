@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ir.nodes import Access, Binary, Expr, Scope, Unary
-from derivations.rules.merging import inline_read
+from derivations.rules.merging import inline_read, scope_reads
 
 __all__ = ["inline_views", "is_view"]
 
@@ -32,7 +32,7 @@ def inline_views(root: Scope) -> Scope:
             return memo[id(s)]
         out = replace(s, body=_map_reads(s.body, norm))
         while True:
-            views = [a for a in _reads(out.body) if is_view(a.source)]
+            views = [a for a in scope_reads(out.body) if is_view(a.source)]
             for read in views:
                 inlined = inline_read(out, read)
                 if inlined is not None:
@@ -44,16 +44,6 @@ def inline_views(root: Scope) -> Scope:
         return out
 
     return norm(root)
-
-
-def _reads(e: Expr) -> list[Access]:
-    if isinstance(e, Access):
-        return [e] if isinstance(e.source, Scope) else []
-    if isinstance(e, Binary):
-        return _reads(e.lhs) + _reads(e.rhs)
-    if isinstance(e, Unary):
-        return _reads(e.x)
-    return []
 
 
 def _map_reads(e: Expr, f) -> Expr:

@@ -25,13 +25,13 @@ from derivations.index_rules import (
     zero_everywhere, zero_guards,
 )
 
-__all__ = ["inline_reads", "inline_read", "inlined"]
+__all__ = ["inline_reads", "inline_read", "inlined", "scope_reads"]
 
 
 def inline_reads(scope: Scope) -> list[Scope]:
     """``scope`` with each scope it reads inlined (one result per read that can be)."""
     out, done = [], set()
-    for f in _reads(scope.body):
+    for f in scope_reads(scope.body):
         if f in done:
             continue
         done.add(f)
@@ -41,13 +41,14 @@ def inline_reads(scope: Scope) -> list[Scope]:
     return out
 
 
-def _reads(e) -> list[Access]:
+def scope_reads(e) -> list[Access]:
+    """The reads of scopes in a body expression (not inside the scopes read)."""
     if isinstance(e, Access):
         return [e] if isinstance(e.source, Scope) else []
     if isinstance(e, Binary):
-        return _reads(e.lhs) + _reads(e.rhs)
+        return scope_reads(e.lhs) + scope_reads(e.rhs)
     if isinstance(e, Unary):
-        return _reads(e.x)
+        return scope_reads(e.x)
     return []
 
 
