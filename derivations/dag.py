@@ -29,6 +29,12 @@ from derivations.index_pass import representatives
 from derivations.term import SCOPE_OPS, Term
 from derivations.view import ENode, View, node_term
 
+try:  # imported with the module: the first import takes 0.4-0.8 s, a quarter of a 2 s
+    from scipy.optimize import Bounds, LinearConstraint, milp  # budget if paid in derive()
+    from scipy.sparse import coo_array
+except ImportError:  # scipy is optional: the tree extraction stands alone
+    milp = None
+
 __all__ = ["dag_extract", "TIME_LIMIT"]
 
 TIME_LIMIT = 1.0  # seconds HiGHS may take
@@ -40,10 +46,7 @@ def dag_extract(view: View, enc: Encoding, cost: Callable[[Scope], float],
     """The root's term of least DAG cost and the nodes it uses, or None (no solver, no
     solution in time). ``known``: own costs of scope nodes already computed (the tree
     extraction's), reused."""
-    try:
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import coo_array
-    except ImportError:  # scipy is optional: the tree extraction stands alone
+    if milp is None:
         return None
     classes = _reachable(view)
     if view.root not in classes:

@@ -74,6 +74,8 @@ class Encoding:
         self._keep = False                        # derived mode: keep the scopes' names
         self.new_names: list[str] = []            # names registered by derived encodes
         self._alpha: dict[str, Scope] = {}        # fingerprint -> first derived scope
+        self._fingerprints: dict[Scope, str] = {}  # derived scopes recur in every result
+        self._sreprs: dict[sympy.Expr, str] = {}   # of a rule: each is printed once
 
 
     # -- encode ----------------------------------------------------------------------------
@@ -195,7 +197,10 @@ class Encoding:
         if self._refs[id(src)] == 1 and self._plain(idx, src):
             return Term("use", (self._scope(src, tuple(i.name for i in idx)),))
         if self._keep:  # a derived scope read positionally: the first one alpha-equal to it
-            src = self._alpha.setdefault(fingerprint(src), src)
+            key = self._fingerprints.get(src)
+            if key is None:
+                key = self._fingerprints[src] = fingerprint(src)
+            src = self._alpha.setdefault(key, src)
         inner = self._scope(src, None)
         # the read's indices are in src's own axis order (another scope with the same
         # iterator sets may have registered another order as the hint)
@@ -216,8 +221,10 @@ class Encoding:
     def _positional_access(self, src: Term, idx: list[sympy.Expr]) -> Term:
         reprs = []
         for i in idx:
-            r = sympy.srepr(i)
-            self.index.setdefault(r, i)
+            r = self._sreprs.get(i)
+            if r is None:
+                r = self._sreprs[i] = sympy.srepr(i)
+                self.index.setdefault(r, i)
             reprs.append(r)
         free = frozenset(s.name for i in idx for s in i.free_symbols)
         return Term("acc", (src, tuple(reprs), free))

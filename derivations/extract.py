@@ -22,6 +22,7 @@ chain does not already contain: the rules whose firings produced the chosen form
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -36,20 +37,21 @@ from ir.nodes import Scope, sub_scopes
 from derivations.dag import TIME_LIMIT as DAG_SECONDS, dag_extract
 from derivations.encode import Encoding, encode
 from derivations.guided import guide as default_guide, operators
-from derivations.index_pass import Guide, IndexPass
+from derivations.index_pass import Guide, IndexPass, declare
+from derivations.send import Sender, egg_names
 from derivations.index_rules import IndexRule
-from derivations.lang import Iterator, Root
 from derivations.rules import Rules, default_rulesets
 from derivations.rules.index import default_index_rules
 from derivations.schedule import (
     Budget, Report, admit, expression_depth, recursion_room, run_rulesets,
 )
-from derivations.term import SCOPE_OPS, Term, to_egglog
+from derivations.term import SCOPE_OPS, Term
 from derivations.view import ENode, Ref, View, load
 
 __all__ = ["Candidate", "Derivation", "derive", "VERIFY_LIMIT"]
 
 VERIFY_LIMIT = 1 << 26  # iteration points (traversal x summation, over all scopes) checked
+DAG_FLOOR = 0.05  # seconds the ILP always gets, even past the budget (small ones take ms)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class Derivation:
     dag: bool = True              # also extract by ILP (derivations.dag), shared scopes once
     dag_seconds: float = DAG_SECONDS
     dag_term: Term | None = field(default=None, repr=False)   # the ILP's pick, if any
+    deadline: float | None = None  # ``time.perf_counter()`` when the budget ends: the ILP
+    #                                gets half of what is left (at least DAG_FLOOR seconds)
 
     @property
     def view(self) -> View:
@@ -103,7 +107,10 @@ class Derivation:
         seen: dict[object, Candidate] = {self.term: original, _identity(self.expr): original}
         found = [(beam.term(pick), lambda p=pick: beam.chain(p)) for pick in picks]
         if self.dag:  # the program of least DAG cost: shared scopes paid once
-            dag = dag_extract(view, enc, cost, self.dag_seconds, known=beam._own)
+            seconds = self.dag_seconds  # half of what is left: the checks follow
+            if self.deadline is not None:
+                seconds = min(seconds, max(DAG_FLOOR, (self.deadline - time.perf_counter()) / 2))
+            dag = dag_extract(view, enc, cost, seconds, known=beam._own)
             if dag is not None:
                 term, nodes = dag
                 self.dag_term = term
@@ -163,20 +170,25 @@ def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] |
 
 
 def _derive(expr, budget, rulesets, index_rules, guide, on_iteration) -> Derivation:
+    started = time.perf_counter()  # the budget covers the encoding and the extraction too
     term, enc = encode(expr)
     egraph = EGraph()
-    # Only plain relations before the term, and nothing after it: egglog-python hoists shared
-    # container values (Set, MultiSet) into global lets, and a let made in one command can be
-    # stale in a later one (it then names another container). Rules have no such lets, and
-    # the index pass adds its terms as egglog text, bypassing egglog-python (index_pass).
-    egraph.register(*(Iterator(name) for name in enc.iters))
-    egraph.register(Root(to_egglog(term)))
+    # The term goes in as egglog's own commands (derivations.send), never through
+    # egglog-python's expressions: those hoist shared container values (Set, MultiSet) into
+    # global lets, and a let made in one command can be stale in a later one (it then names
+    # another container). Rules have no such lets, and the index pass sends the same way.
+    declare(egraph)
+    sender = Sender(egg_names(egraph))
+    for name in enc.iters:
+        sender.iterator(name)
+    sender.root(term)
+    sender.run(egraph)
     chosen = default_rulesets() if rulesets is None else tuple(rulesets)
     if index_rules is None:
         index_rules = default_index_rules() if rulesets is None else ()
-    index = IndexPass(enc, tuple(index_rules), guide) if index_rules else None
-    report = run_rulesets(egraph, chosen, budget, index, on_iteration)
-    return Derivation(expr, term, enc, egraph, report)
+    index = IndexPass(enc, tuple(index_rules), guide, sender) if index_rules else None
+    report = run_rulesets(egraph, chosen, budget, index, on_iteration, started=started)
+    return Derivation(expr, term, enc, egraph, report, deadline=started + budget.seconds)
 
 
 # -- the k-best dynamic programme -------------------------------------------------------------

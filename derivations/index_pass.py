@@ -4,115 +4,62 @@ One pass: read the e-graph (``view.load``), pick for every e-class its smallest 
 *representative*), and for every scope e-node not seen before build its term over the
 representatives of its children, decode it to an ``ir`` scope, call each rule's ``apply``,
 encode each result with the rule's names kept (:meth:`Encoding.encode_derived`) and union it
-with the node. All unions of a pass go to egglog as **one program of egglog text**, written
-here with containers inline (``(set-of "h" "w")``, ``(multiset-of ...)``): egglog-python is not
-involved, so none of its global ``let``s for shared containers is made, and the 13.2 bug of
-a stale let naming another container after a later command cannot arise (see
-``extract.derive``). The same program records provenance (``made_by``: the node's rule chain
-plus the rule's name, for every new ``sum`` node of the result) and the new iterators.
+with the node. The unions go to egglog as egglog's own command objects, built by
+:class:`derivations.send.Sender` (no text, and every scope sent once: a slot names it in
+later commands). egglog-python's expression layer is not involved, so none of its global
+``let``s for shared containers is made, and the 13.2 bug of a stale let naming another
+container after a later command cannot arise (see ``extract.derive``). The same commands
+record provenance (``made_by``: the node's rule chain plus the rule's name, for every new
+``sum`` node of the result) and the new iterators.
 
 Why not alternatives: rebuilding the e-graph from Python after each pass would redo every
 egglog iteration and hit the let bug as soon as a term is registered after the first
 command; encoding results as egglog rules (a rule whose action builds the term) goes
-through the same Python let machinery. The text program costs about the parse of its
-size: a few ms per pass for the must-show cases (measured in the report's ``pass_seconds``).
+through the same Python let machinery; egglog text costs the square of its size (see
+:mod:`derivations.send`).
 """
 from __future__ import annotations
 
 import heapq
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from egglog import EGraph, MultiSet, Set, String, Vec, eq, f64, rule, ruleset, union
+from egglog import EGraph, MultiSet, Set, String, Vec, eq, f64, i64, rule, ruleset, union
 
 from ir.nodes import Scope
 from derivations.encode import Encoding
 from derivations.index_rules import DEADLINE, IndexRule, OutOfTime
-from derivations.lang import OPS, EBody, EScope, ESource, Iterator, Root, fv, inner_fv, made_by
+from derivations.lang import (
+    EBody, EScope, ESource, Iterator, Root, fv, inner_fv, made_by, slot_body, slot_scope,
+)
+from derivations.schedule import egraph_size
+from derivations.send import Sender, egg_names
 from derivations.term import SCOPE_OPS, Term
 from derivations.view import ENode, View, load, node_term
 
-__all__ = ["IndexPass", "declare", "egg_names", "sexp"]
+__all__ = ["IndexPass", "declare", "egg_names"]
 
 Guide = Callable[[IndexRule, Scope, list[Scope]], list[Scope]]
 
 
 @ruleset
 def _declare(s: EScope, b: EBody, src: ESource, x: Set[String], y: Set[String],
-             m: MultiSet[EBody], v: Vec[String], o: String, f: f64):
+             m: MultiSet[EBody], v: Vec[String], o: String, f: f64, k: i64):
     # Never fires (a node is not both a sum and a reduce); it makes egglog-python declare
-    # every constructor and function, so the text programs below can name them.
+    # every constructor and function, so the commands below can name them.
     yield rule(eq(s).to(EScope.sum(x, y, m)), eq(s).to(EScope.reduce(o, x, y, b)),
                eq(b).to(EBody.acc(src, v, x)), eq(b).to(EBody.use(s)), eq(b).to(EBody.const(f)),
                eq(b).to(EBody.bin(o, b, b)), eq(b).to(EBody.un(o, b)),
                eq(src).to(ESource.tensor(o)), eq(src).to(ESource.scope(s, v)),
                eq(o).to(made_by(x, y, m)), eq(x).to(inner_fv(x, y, m, o)), eq(x).to(fv(b)),
+               eq(s).to(slot_scope(k)), eq(b).to(slot_body(k)),
                Root(s), Iterator(o), name="declare").then(union(s).with_(s))
 
 
 def declare(egraph: EGraph) -> None:
     egraph.run(_declare)
-
-
-def egg_names(egraph: EGraph) -> dict[str, str]:
-    """Short op name (as in ``Term``) -> egglog function name, plus ``made_by``/``Iterator``."""
-    from egglog.pretty import pretty_callable_ref  # egglog-python 13.2 internals
-    state = egraph._state
-    pretty = {pretty_callable_ref(state.__egg_decls__, ref): egg
-              for egg, refs in state.egg_fn_to_callable_refs.items() for ref in refs}
-    short = {**{k: v for k, v in OPS.items() if k not in ("root",)}, "Iterator": "Iterator"}
-    missing = [p for p in short.values() if p not in pretty]
-    assert not missing, f"not declared in the e-graph: {missing} (call declare() first)"
-    return {k: pretty[p] for k, p in short.items()}
-
-
-def _str(x: str) -> str:
-    return json.dumps(x)  # egglog string literals escape like JSON's for these characters
-
-
-def sexp(t: Term, names: dict[str, str], memo: dict) -> str:
-    """Egglog text of term ``t`` with containers written inline."""
-    hit = memo.get(t)
-    if hit is not None:
-        return hit
-    op, a = t.op, t.args
-    if op == "sum":
-        args = [_set(a[0]), _set(a[1]), _mset(a[2], names, memo)]
-    elif op == "reduce":
-        args = [_str(a[0]), _set(a[1]), _set(a[2]), sexp(a[3], names, memo)]
-    elif op == "tensor":
-        args = [_str(a[0])]
-    elif op == "scope":
-        args = [sexp(a[0], names, memo), _vec(a[1])]
-    elif op == "acc":
-        args = [sexp(a[0], names, memo), _vec(a[1]), _set(a[2])]
-    elif op == "use":
-        args = [sexp(a[0], names, memo)]
-    elif op == "const":
-        args = [repr(float(a[0]))]
-    elif op == "bin":
-        args = [_str(a[0]), sexp(a[1], names, memo), sexp(a[2], names, memo)]
-    elif op == "un":
-        args = [_str(a[0]), sexp(a[1], names, memo)]
-    else:
-        raise AssertionError(f"unknown term op {op!r}")
-    out = memo[t] = f"({names[op]} {' '.join(args)})"
-    return out
-
-
-def _set(xs) -> str:
-    return f"(set-of {' '.join(_str(x) for x in sorted(xs))})" if xs else "(set-empty)"
-
-
-def _vec(xs) -> str:
-    return f"(vec-of {' '.join(_str(x) for x in xs)})" if xs else "(vec-empty)"
-
-
-def _mset(items, names, memo) -> str:
-    return f"(multiset-of {' '.join(sexp(x, names, memo) for x in items)})"
 
 
 def _summed(node: ENode) -> int:
@@ -169,16 +116,19 @@ class PassReport:
     seconds: float = 0.0
     complete: bool = True
     too_deep: int = 0           # results not sent: nested past SEND_DEPTH
+    read_seconds: float = 0.0   # of ``seconds``: reading the e-graph (view, representatives)
 
 
 class IndexPass:
     """Index rules applied to every new scope e-node, once each (see the module doc)."""
 
-    def __init__(self, enc: Encoding, rules: tuple[IndexRule, ...], guide: Guide | None = None):
+    def __init__(self, enc: Encoding, rules: tuple[IndexRule, ...], guide: Guide | None = None,
+                 sender: Sender | None = None):
         self.enc, self.rules, self.guide = enc, tuple(rules), guide
         self.seen: set[Term] = set()
         self.sent: set[tuple[Term, Term]] = set()
-        self.names: dict[str, str] | None = None
+        self.sender = sender  # the one that added the expression knows its scopes' slots
+        self.named = 0  # iterators of ``enc.new_names`` egglog has been told of
         self.depths: dict[Term, int] = {}
 
     def _depth(self, t: Term) -> int:
@@ -198,28 +148,32 @@ class IndexPass:
         return self.depths[t]
 
     def snapshot(self):
-        return set(self.seen), set(self.sent)
+        return set(self.seen), set(self.sent), self.sender and self.sender.snapshot(), self.named
 
     def restore(self, snap) -> None:
-        self.seen, self.sent = set(snap[0]), set(snap[1])
+        self.seen, self.sent, self.named = set(snap[0]), set(snap[1]), snap[3]
+        if self.sender is not None:
+            self.sender.restore(snap[2] or {})
 
-    def run(self, egraph: EGraph, deadline: float | None = None) -> PassReport:
-        """One pass, within ``deadline`` (``time.perf_counter()``): scope nodes not reached
-        in time, and the unions of nodes whose rules ran but could not be sent to egglog in
-        time (they go in batches, the deadline checked between them), are left for the next
-        pass (``PassReport.complete`` is then False). Rules see the deadline too
+    def run(self, egraph: EGraph, deadline: float | None = None,
+            per_node: float = 0.0) -> PassReport:
+        """One pass, within ``deadline`` (``time.perf_counter()``), brought forward by
+        ``per_node`` seconds for every e-node the pass adds (what extracting it will cost):
+        each scope node's results go to egglog as soon as its rules have run (work done is
+        kept), and the nodes not reached in time are left for the next pass
+        (``PassReport.complete`` is then False). Rules see the deadline too
         (``index_rules.time_left``)."""
         start = time.perf_counter()
         report = PassReport()
-        if self.names is None:
+        if self.sender is None:
             declare(egraph)
-            self.names = egg_names(egraph)
+            self.sender = Sender(egg_names(egraph))
+        self.sender.new_pass()
         view = load(egraph, "Root")
         reps = representatives(view)
         known = set(reps.values())  # terms the e-graph has (their provenance is recorded)
-        pending: list[tuple[Term, list[tuple[Term, str, str]]]] = []
-        memo: dict = {}
-        named = len(self.enc.new_names)
+        report.read_seconds = time.perf_counter() - start
+        size, final = egraph_size(egraph)[0] if per_node else 0, deadline
         token = DEADLINE.set(deadline)
         try:
             for cls, nodes in view.classes.items():
@@ -242,49 +196,35 @@ class IndexPass:
                             if max(self._depth(term), self._depth(out)) > SEND_DEPTH:
                                 report.too_deep += 1
                                 continue
-                            unions.append((out, by.name, self._union(
-                                term, out, chain + (by.name,), memo, known)))
+                            unions.append((out, by.name, " ".join(chain + (by.name,)),
+                                           _new_sums(out, known)))
                     if unions:
-                        pending.append((term, unions))
+                        self._send(egraph, term, unions, report)
+                        if final is not None and per_node:
+                            deadline = final - per_node * (egraph_size(egraph)[0] - size)
+                            DEADLINE.set(deadline)  # the rules see it too
         finally:
             DEADLINE.reset(token)
-        iterators = [f"({self.names['Iterator']} {_str(name)})"
-                     for name in self.enc.new_names[named:]]
-        self._send(egraph, iterators, pending, deadline, report)
         report.unions = sum(report.firings.values())
         report.seconds = time.perf_counter() - start
         return report
 
-    def _send(self, egraph: EGraph, iterators: list[str], pending, deadline, report) -> None:
-        """Tell egglog the new iterators, then the unions node by node, in batches, while
-        time remains; what is not sent is forgotten here, so the next pass redoes it."""
-        raw = egraph._state.egraph  # the egglog bindings: text in, no Python lets
-
-        def run(texts: list[str]) -> None:
-            try:  # one command per parse: the parser is quadratic in the length of its input
-                raw.run_program(*(c for text in texts for line in text.split("\n")
-                                  for c in raw.parse_program(line)))
-            except Exception as e:  # each union is an equality: what ran is still sound
-                report.errors.append(f"egglog rejected a union: {type(e).__name__}: {e}")
-
-        if iterators:
-            run(iterators)
-        batch: list[str] = []
-        for i, (term, unions) in enumerate(pending):
-            if batch and (len(batch) >= SEND_BATCH or _past(deadline)):
-                run(batch)
-                batch = []
-            if _past(deadline):
-                for later, outs in pending[i:]:  # not sent: undone, the next pass retries
-                    self.seen.discard(later)
-                    self.sent.difference_update((later, out) for out, _, _ in outs)
-                report.complete = False
-                break
-            for out, by, text in unions:
-                report.firings[by] += 1
-                batch.append(text)
-        if batch:
-            run(batch)
+    def _send(self, egraph: EGraph, term: Term, unions, report: PassReport) -> None:
+        """Tell egglog the iterators named since the last call, then ``term``'s unions with
+        their provenance: one egglog call (egglog's own commands, no Python lets)."""
+        sender = self.sender
+        for name in self.enc.new_names[self.named:]:
+            sender.iterator(name)
+        self.named = len(self.enc.new_names)
+        for out, by, chain, sums in unions:
+            report.firings[by] += 1
+            sender.union(term, out)
+            for t in sums:
+                sender.made_by(t, chain)
+        try:
+            sender.run(egraph)
+        except Exception as e:  # each union is an equality: what ran is still sound
+            report.errors.append(f"egglog rejected a union: {type(e).__name__}: {e}")
 
     def _apply(self, term: Term, report: PassReport, deadline: float | None = None
                ) -> Iterable[tuple[list[Term], IndexRule]]:
@@ -314,21 +254,20 @@ class IndexPass:
                 report.errors.append(f"{by.name} on {scope.name or '?'}: "
                                      f"{type(e).__name__}: {e}")
 
-    def _union(self, term: Term, out: Term, chain: tuple[str, ...], memo: dict,
-               known: "set[Term] | frozenset" = frozenset()) -> str:
-        lines = [f"(union {sexp(term, self.names, memo)} {sexp(out, self.names, memo)})"]
-        text = _str(" ".join(chain))
-        stack, seen = [out], set()
-        while stack:  # provenance of every new sum node of the result (made_by keeps the
-            t = stack.pop()  # first; the e-graph's own terms have theirs already)
-            if t in seen or t in known:
-                continue
-            seen.add(t)
-            if t.op == "sum":
-                key = f"{_set(t.args[0])} {_set(t.args[1])} {_mset(t.args[2], self.names, memo)}"
-                lines.append(f"(set ({self.names['made_by']} {key}) {text})")
-            stack.extend(t.kids())
-        return "\n".join(lines)
+
+def _new_sums(out: Term, known: "set[Term]") -> list[Term]:
+    """The sum nodes of ``out`` the e-graph does not have yet: their provenance is the
+    rule chain that made ``out`` (``made_by`` keeps the first; known terms have theirs)."""
+    found, stack, seen = [], [out], set()
+    while stack:
+        t = stack.pop()
+        if t in seen or t in known:
+            continue
+        seen.add(t)
+        if t.op == "sum":
+            found.append(t)
+        stack.extend(t.kids())
+    return found
 
 
 ALTERNATIVES = 4  # forms of each direct body term a scope node is also seen with
@@ -355,10 +294,10 @@ def _forms(view: View, nodes: list[ENode], reps: dict[str, Term]):
                 yield node, node_term(node, lambda c: pick.get(c) or reps[c])
 
 
-SEND_BATCH = 64  # union commands per egglog call; the deadline is checked between calls
-# A union is egglog text spelling out both terms in full; egglog's time and memory for one
-# grow with the square of its nesting (a 70-scope chain's unions took 1.3 GB). Every result
-# of the test suite's derivations nests under 20; results deeper than this are not sent.
+# Results nested deeper than this are not sent. (Unions written as egglog text cost the square
+# of their nesting: a 70-scope chain's took 1.3 GB; sent as commands with slots they cost
+# their new nodes, but a result this deep is rarely worth its e-graph room.) Every result of
+# the test suite's derivations nests under 20.
 SEND_DEPTH = 64
 
 

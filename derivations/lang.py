@@ -18,17 +18,18 @@ Tables that are facts, not forms: ``fv`` (free iterators of a body term), ``lo``
 (bounds of a body term's values, :mod:`derivations.rules.facts`), ``Iterator`` (every
 iterator name, so rules can enumerate them), ``outer_of`` / ``inner_fv`` (a product split by
 one summation iterator) and ``made_by`` (provenance: the rule chain that first created a
-scope e-node, keyed by the node's arguments).
+scope e-node, keyed by the node's arguments). ``slot_scope`` / ``slot_body`` name terms sent
+by the index pass (:mod:`derivations.send`).
 """
 from __future__ import annotations
 
 from egglog import (
-    Expr, MultiSet, Set, String, StringLike, Vec, f64, f64Like, function, relation,
+    Expr, MultiSet, Set, String, StringLike, Vec, f64, f64Like, function, i64Like, relation,
 )
 
 __all__ = [
     "ESource", "EBody", "EScope", "fv", "made_by", "Iterator", "Root", "outer_of", "inner_fv",
-    "lo", "hi", "names", "OPS",
+    "lo", "hi", "names", "OPS", "slot_scope", "slot_body",
 ]
 
 
@@ -85,6 +86,17 @@ def lo(body: EBody) -> f64: ...
 
 @function(merge=lambda old, new: old.min(new))
 def hi(body: EBody) -> f64: ...
+
+
+# Slots: the e-class of a term the index pass sent, by number, so that later commands name
+# it in one node instead of spelling it out (derivations.send). Not part of the language:
+# readers of the e-graph skip them.
+@function(merge=lambda old, new: new)
+def slot_scope(k: i64Like) -> EScope: ...
+
+
+@function(merge=lambda old, new: new)
+def slot_body(k: i64Like) -> EBody: ...
 
 
 Iterator = relation("Iterator", String)

@@ -7,12 +7,17 @@ yet. The loop stops when an iteration changes nothing (saturated) or when a budg
 exceeded.
 
 Budgets are checked between iterations, against the current size and time *plus* what the
-last iteration added, so an iteration that is expected to cross a line is not started.
+last iteration added, so an iteration that is expected to cross a line is not started. The
+time budget covers the encoding, the rules *and* the extraction of candidates that follows
+(``Derivation.candidates``: reading the e-graph, the beam, the ILP, the checks). The rules
+leave the extraction ``1 - RULES_SHARE`` of the budget, or more on a big e-graph:
+``EXTRACT_PER_NODE`` seconds per e-node (the index pass counts the nodes it adds as it goes).
 Nodes: an iteration that might cross the node budget (the first one, any past half the
 budget, any that would cross it growing 4x as much as the last) runs after ``push()`` and
 is undone with ``pop()`` if it did cross it. (Snapshots are not taken on every iteration:
 egglog cannot drop one without restoring it.) Time cannot be undone, so the time budget
-holds up to one iteration; iterations stay short because egglog rules invent no iterators
+holds up to one iteration's egglog step (index rules see the deadline); iterations stay
+short because egglog rules invent no iterators
 and index rules name the ones they invent after what they stand for (equal results meet),
 so one iteration grows the e-graph by a bounded factor.
 """
@@ -35,7 +40,7 @@ from derivations.rules import Rules
 if TYPE_CHECKING:
     from derivations.index_pass import IndexPass
 
-__all__ = ["Budget", "Report", "run_rulesets", "egraph_size", "InputTooDeep", "admit",
+__all__ = ["Budget", "Report", "run_rulesets", "egraph_size", "extraction_reserve", "InputTooDeep", "admit",
            "expression_depth", "recursion_room", "MAX_DEPTH"]
 
 _NODE_TABLES = ("EScope.", "EBody.", "ESource.")
@@ -46,7 +51,7 @@ class Budget:
     """Limits of one derivation run; each is checked between iterations."""
 
     nodes: int = 50_000        # e-nodes (constructor rows; facts tables not counted)
-    seconds: float = 5.0       # wall time of the rule iterations
+    seconds: float = 5.0       # wall time of the derivation and the extraction after it
     iterations: int = 100
 
     def __post_init__(self):
@@ -72,6 +77,7 @@ class Report:
     firings: dict[str, int] = field(default_factory=dict)   # rule name -> matches applied
     rulesets: tuple[str, ...] = ()   # egglog rulesets, then index rules
     index_seconds: float = 0.0       # of ``seconds``: spent in index-rule passes
+    reserved: float = 0.0            # seconds of the budget the rules left the extraction
     too_deep: int = 0                # unions not sent: results nested past ``SEND_DEPTH``
     errors: list[str] = field(default_factory=list)   # index rules that raised (skipped)
 
@@ -81,6 +87,18 @@ class Report:
         index = f" ({self.index_seconds:.3f}s in index rules)" if self.index_seconds else ""
         return (f"{self.stop} after {self.iterations} iterations in {self.seconds:.3f}s{index}: "
                 f"{self.nodes} e-nodes{classes}, {self.facts} facts; fired: {fired or 'nothing'}")
+
+
+# The rules' share of the time budget at most: the extraction takes the rest (at 2 s, 0.3 s),
+# or EXTRACT_PER_NODE seconds per e-node if that is more (measured on a loaded 2-core box with
+# the analytic cost: 0.2-0.55 ms per e-node for 300-2,400 nodes, the ILP and checks included).
+RULES_SHARE = 0.85
+EXTRACT_PER_NODE = 4e-4
+
+
+def extraction_reserve(budget: Budget, nodes: int) -> float:
+    """Seconds of ``budget`` the rules leave for extracting from an e-graph of ``nodes``."""
+    return max(budget.seconds * (1 - RULES_SHARE), EXTRACT_PER_NODE * nodes)
 
 
 # -- inputs the derivation accepts ---------------------------------------------------------
@@ -200,18 +218,22 @@ def _has_ops(egraph: EGraph, ops: tuple[str, ...]) -> bool:
 
 def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
                  index: "IndexPass | None" = None,
-                 on_iteration: "Callable[[Report, float], None] | None" = None) -> Report:
+                 on_iteration: "Callable[[Report, float], None] | None" = None,
+                 started: float | None = None) -> Report:
     """Run ``rulesets`` (and the index rules of ``index``, after each egglog step) on
     ``egraph`` until saturated or a budget stops it; ``on_iteration(report, seconds)`` is
-    called after each iteration (for a progress line)."""
+    called after each iteration (for a progress line). ``started``: when the budget's clock
+    started (``time.perf_counter()``; default now), if the caller spent some of it."""
     active = [r for r in rulesets if not r.ops]
     waiting = [r for r in rulesets if r.ops]  # they join once the e-graph has their ops
     step = _step(active)
     report = Report(rulesets=tuple(r.name for r in rulesets)
                     + tuple(r.name for r in (index.rules if index else ())))
     report.nodes, report.facts = egraph_size(egraph)
-    start = time.perf_counter()
+    start = time.perf_counter() if started is None else started
     last_seconds, last_growth = 0.0, 0
+    report.reserved = extraction_reserve(budget, report.nodes)
+    rule_seconds = lambda: budget.seconds - report.reserved  # noqa: E731
     while True:
         joined = [r for r in waiting if _has_ops(egraph, r.ops)]  # e-graphs only grow
         if joined:
@@ -223,7 +245,7 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
             report.stop = "saturated"
         elif report.nodes + last_growth > budget.nodes or report.nodes >= budget.nodes:
             report.stop = "nodes"
-        elif elapsed + last_seconds > budget.seconds:
+        elif elapsed + last_seconds > rule_seconds():
             report.stop = "seconds"
         elif report.iterations >= budget.iterations:
             report.stop = "iterations"
@@ -241,10 +263,12 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
             updated = result.updated
             for decl, n in result.num_matches_per_rule.items():
                 firings[getattr(decl, "name", None) or "unnamed"] += n
-        if index is not None and time.perf_counter() - start > budget.seconds:
+        if index is not None and time.perf_counter() - start > rule_seconds():
             updated = True  # no time left for the index rules: stop, not saturated
         elif index is not None:
-            passed = index.run(egraph, deadline=start + budget.seconds)
+            report.reserved = extraction_reserve(budget, egraph_size(egraph)[0])
+            passed = index.run(egraph, deadline=start + rule_seconds(),
+                               per_node=EXTRACT_PER_NODE)
             updated = updated or passed.unions > 0 or not passed.complete
             firings.update(passed.firings)
             report.index_seconds += passed.seconds
@@ -252,6 +276,7 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
             report.errors.extend(passed.errors)
         last_seconds = time.perf_counter() - t0
         nodes, facts = egraph_size(egraph)
+        report.reserved = extraction_reserve(budget, nodes)
         if risky and nodes > budget.nodes:
             egraph.pop()  # undo the iteration that crossed the budget
             if index is not None:
@@ -266,7 +291,7 @@ def run_rulesets(egraph: EGraph, rulesets: tuple[Rules, ...], budget: Budget,
             on_iteration(report, time.perf_counter() - start)
         if not updated:
             report.stop = "saturated"
-        elif time.perf_counter() - start > budget.seconds:
+        elif time.perf_counter() - start > rule_seconds():
             report.stop = "seconds"
     report.seconds = time.perf_counter() - start
     return report

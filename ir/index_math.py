@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 
 import sympy
 
@@ -29,7 +30,13 @@ def decompose(e: sympy.Expr, a: int) -> tuple[sympy.Expr, sympy.Expr]:
 def index_range(e: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
     """Inclusive ``(min, max)`` bounds of ``e`` over ``ranges`` (interval arithmetic: sound,
     not always tight)."""
-    lo, hi = _interval(sympy.sympify(e), ranges)
+    return _index_range(sympy.sympify(e), tuple(ranges.items()))
+
+
+@lru_cache(maxsize=1 << 16)
+def _index_range(e: sympy.Expr, ranges: tuple) -> tuple[int, int]:
+    """Memoised: costs price the same reads over the same ranges in every form of a scope."""
+    lo, hi = _interval(e, dict(ranges))
     return math.floor(lo), math.ceil(hi)
 
 

@@ -210,6 +210,23 @@ def _scope_hash(self: Scope) -> int:
 Scope.__hash__ = _scope_hash  # cached: scopes nest deeply and are hashed often
 
 
+def _cached_hash(cls, fields: tuple[str, ...]) -> None:
+    """``cls``'s hash cached on the instance: a body of n nested terms would otherwise cost
+    n^2 to hash node by node (``flops`` counts distinct terms of a 32-term sum)."""
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in fields))
+            object.__setattr__(self, "_hash", h)
+        return h
+    cls.__hash__ = __hash__
+
+
+_cached_hash(Access, ("source", "indices"))
+_cached_hash(Binary, ("op", "lhs", "rhs"))
+_cached_hash(Unary, ("op", "x"))
+
+
 def index_iterators(index: sympy.Expr) -> frozenset[str]:
     """Names of the iterators an index expression depends on."""
     return frozenset(s.name for s in index.free_symbols)

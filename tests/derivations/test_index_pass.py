@@ -10,7 +10,8 @@ from ir import Tensor, analytic_cost, flops, ops
 from derivations import Budget, derive
 from derivations.encode import encode
 from derivations.guided import Guide, operators
-from derivations.index_pass import IndexPass, declare, egg_names, sexp
+from derivations.index_pass import IndexPass, declare, egg_names
+from derivations.send import Sender
 from derivations.lang import Iterator, Root
 from derivations.rules.index import DEFAULT, EXPLORATIVE, SUBSTITUTE
 from derivations.schedule import egraph_size
@@ -27,7 +28,7 @@ def _conv_t():
                                 padding=1)
 
 
-def test_egglog_text_of_a_term_is_the_term_python_registers():
+def test_the_commands_of_a_term_build_the_term_python_registers():
     term, enc = encode(ops.matmul(ops.matmul(Tensor("a", (2, 3)), Tensor("b", (3, 4))),
                                   Tensor("c", (4, 5))))
     egraph = EGraph()
@@ -35,10 +36,35 @@ def test_egglog_text_of_a_term_is_the_term_python_registers():
     egraph.register(Root(to_egglog(term)))
     declare(egraph)
     before = egraph_size(egraph)[0]
-    raw = egraph._state.egraph
-    text = sexp(term, egg_names(egraph), {})
-    raw.run_program(*raw.parse_program(f"(union {text} {text})"))
+    sender = Sender(egg_names(egraph))
+    sender.union(term, term)
+    commands, slotted = sender.take()
+    egraph._state.egraph.run_program(*commands)
     assert egraph_size(egraph)[0] == before  # hash-consed onto the registered nodes
+    assert sender.slots.keys() == set(slotted)
+    assert sorted(t.op for t in slotted).count("sum") == 2  # its two scopes (and factors)
+
+
+def test_a_scope_sent_once_is_named_by_its_slot_later():
+    """A wide scope's results repeat its sub-scopes: each is spelled once, then named by
+    its slot, so a union costs its new nodes (egglog's cost per node is high)."""
+    pieces = [ops.tanh(Tensor(f"x{i}", (16,))) for i in range(8)]
+    wide = ops.cat(pieces)
+    term, enc = encode(wide)
+    egraph = EGraph()
+    egraph.register(*(Iterator(n) for n in enc.iters))
+    egraph.register(Root(to_egglog(term)))
+    declare(egraph)
+    sender = Sender(egg_names(egraph))
+    sender.union(term, term)
+    first, slotted = sender.take()
+    egraph._state.egraph.run_program(*first)
+    sender.new_pass()
+    sender.union(term, term)
+    again, _ = sender.take()
+    assert len(slotted) >= len(pieces) + 1 and len(again) == 1
+    assert str(again[0]).count("slot_scope") == 2 and "tanh" not in str(again[0])
+    egraph._state.egraph.run_program(*again)
 
 
 def test_index_rules_fire_in_the_egraph_and_name_themselves_in_rule_chains():

@@ -41,6 +41,34 @@ def test_time_budget_holds():
     assert d.report.seconds < 0.3 + 0.5 and elapsed < 2.0
 
 
+def _wide(n: int):
+    """A stack of n pieces as core ATen spells it: n maps, a cat, a view (a loop unrolled)."""
+    return ops.reshape(ops.cat([ops.tanh(Tensor(f"s{i}", (256,))) for i in range(n)]), n, 256)
+
+
+def test_the_time_budget_holds_for_derivation_and_extraction_of_a_wide_input():
+    """Issue 10: wall time <= budget + 0.5 s for derive() and candidates() together. A cat of
+    32 pieces took 6 s at 2 s: each union was egglog text spelling all 32 pieces (egglog's
+    cost per command grows with the square of its text), and the extraction came on top."""
+    start = time.perf_counter()
+    d = derive(_wide(32), Budget(seconds=2.0))
+    cands = d.candidates(4, flops)
+    elapsed = time.perf_counter() - start
+    assert elapsed <= 2.0 + 0.5, (elapsed, d.report)
+    assert cands and d.rejected == [] and d.report.errors == []
+    assert 0 < d.report.reserved < 2.0  # the rules left the extraction its part
+
+
+def test_the_rules_leave_a_big_egraph_time_for_its_extraction():
+    from derivations.schedule import EXTRACT_PER_NODE, RULES_SHARE, extraction_reserve
+    budget = Budget(seconds=2.0)
+    assert extraction_reserve(budget, 10) == budget.seconds * (1 - RULES_SHARE)
+    assert extraction_reserve(budget, 10_000) == 10_000 * EXTRACT_PER_NODE > 2.0
+    d = derive(_wide(8), budget)
+    assert d.report.reserved >= extraction_reserve(budget, d.report.nodes) * 0.99
+    assert d.report.seconds <= budget.seconds - d.report.reserved + 0.5, d.report
+
+
 def test_iteration_budget_holds():
     d = derive(chain(LONG), Budget(iterations=2))
     assert d.report.stop == "iterations" and d.report.iterations == 2
