@@ -43,7 +43,7 @@ from ir.nodes import (
     iterator_symbol,
 )
 from derivations.index_rules import fresh_name, scope_like, substitute
-from derivations.rules.merging import inline_read
+from derivations.rules.merging import inline_read, scope_reads
 
 __all__ = ["join_ranges"]
 
@@ -64,8 +64,10 @@ def join_ranges(scope: Scope) -> list[Scope]:
     if scope.summation or scope.reduce is not Reduce.SUM:
         return []
     terms = _terms(scope.body)
-    if terms is None or len(terms) < 2:
+    if terms is None:
         return []
+    if len(terms) < 2:
+        return _through_a_cat(scope)
     groups: dict[tuple, list[_Piece]] = defaultdict(list)
     for piece in _loop_indexed([p for n, t in enumerate(terms)
                                 if (p := _piece(scope, n, t)) is not None]):
@@ -84,7 +86,26 @@ def join_ranges(scope: Scope) -> list[Scope]:
     body = kept[0]
     for t in kept[1:]:
         body = Binary(BinOp.ADD, body, t)
-    return [scope_like(scope, scope.traversal, (), body)]
+    out = scope_like(scope, scope.traversal, (), body)
+    if len(kept) == 1 and not kept[0].source.summation:  # all joined: no copy left behind
+        out = inline_read(out, kept[0]) or out
+    return [out]
+
+
+def _through_a_cat(scope: Scope) -> list[Scope]:
+    """A scope that reads a cat (a scope adding up pieces) at other coordinates -- a stack
+    is a cat of flat pieces read through a ``view``: ``R[i, j] = C[256*i + j]`` -- joins the
+    pieces in its own coordinates, the cat inlined (one step, not one per piece inlined)."""
+    for read in scope_reads(scope.body):
+        src = read.source
+        pieces = _terms(src.body) if not src.summation else None
+        if pieces is None or len(pieces) < 2 or \
+                not all(isinstance(p, Access) and isinstance(p.source, Scope) for p in pieces):
+            continue
+        inlined = inline_read(scope, read)
+        if inlined is not None and len(_terms(inlined.body) or ()) >= 2:
+            return join_ranges(inlined)
+    return []
 
 
 def _terms(e: Expr) -> list[Expr] | None:
@@ -133,23 +154,52 @@ def _through_copies(read: Access) -> Access:
 def _in_reader_coordinates(scope: Scope, read: Access) -> tuple[tuple, Scope] | None:
     """``P[t + c]`` as ``Q(t) = P(t + c)`` over the shifted ranges, with the reader iterator
     each dim stands for; None unless each index is a distinct reader iterator plus a
-    constant."""
+    constant, or a flattening of several (``P[256*i + j + c]``, see ``_digits``)."""
     src: Scope = read.source
-    names = {it.name for it in scope.traversal}
+    ranges = {it.name: (it.lo, it.hi) for it in scope.traversal}
     sub, traversal, used = {}, [], []
     for it, idx in zip(src.traversal, read.indices):
         terms = affine_terms(sympy.sympify(idx))
-        if terms is None or len(terms[0]) != 1:
+        if terms is None:
             return None
-        (name, coeff), = terms[0].items()
-        if coeff != 1 or name not in names or name in used:
+        digits = _digits(terms[0], ranges, it.lo - terms[1], it.hi - terms[1])
+        if digits is None or any(name in used for name, _, _ in digits):
             return None
-        used.append(name)
-        c = terms[1]
-        new = Iter(fresh_name(it.name, "shift", c), it.lo - c, it.hi - c)
-        sub[it.name] = new.symbol + c
-        traversal.append(new)
+        flat = sympy.Integer(terms[1])
+        for name, coeff, (lo, hi) in digits:
+            used.append(name)
+            why = ("shift", terms[1]) if len(digits) == 1 else ("digit", terms[1], coeff, lo, hi)
+            new = Iter(fresh_name(it.name, *why), lo, hi)
+            flat += coeff * new.symbol
+            traversal.append(new)
+        sub[it.name] = flat
     return tuple(used), scope_like(src, traversal, src.summation, substitute(src.body, sub))
+
+
+def _digits(coeffs: dict[str, int], ranges: dict, lo: int, hi: int) -> list | None:
+    """How a piece's dim, read at ``sum(c_r * r) + const`` (reader iterators ``r``) over
+    ``lo:hi`` once the constant is taken off, splits into one dim per reader iterator:
+    ``[(r, c_r, range of r's digit)]``, most significant first. One iterator with
+    coefficient 1 keeps the range; several must be the digits of a flattening: coefficients
+    each a multiple of the next, the last 1, every lower digit's reader range inside its
+    radix, and ``lo:hi`` whole multiples of the top coefficient (a stack seen through a
+    ``view``: ``cat[256*i + j]`` reads piece ``i`` at ``j``). None otherwise."""
+    if not coeffs or any(n not in ranges for n in coeffs):
+        return None
+    order = sorted(coeffs.items(), key=lambda kv: -kv[1])
+    if order[-1][1] != 1 or order[0][1] <= 0:
+        return None
+    if len(order) == 1:
+        return [(order[0][0], 1, (lo, hi))]
+    top = order[0][1]
+    if lo % top or hi % top:
+        return None
+    out = [(order[0][0], top, (lo // top, hi // top))]
+    for (_, high), (name, c) in zip(order, order[1:]):
+        if c <= 0 or high % c or not (0 <= ranges[name][0] and ranges[name][1] <= high // c):
+            return None
+        out.append((name, c, (0, high // c)))
+    return out
 
 
 def _sums_anchored(s: Scope) -> Scope:
@@ -213,14 +263,15 @@ def _function_key(s: Scope) -> str:
 
 # -- one function of the loop index -------------------------------------------------------------
 def _loop_indexed(pieces: list[_Piece]) -> list[_Piece]:
-    """``pieces`` where those of one template (equal but for index constants) that sit one
-    slot wide along a coordinate ``d`` have each varying constant written as ``a*x_d + b``
-    (``x_d`` the piece's own iterator of ``d``, equal to its slot there): see the module doc."""
+    """``pieces`` where those of one template (equal but for index constants, in the scopes
+    they read too) that sit one slot wide along a coordinate ``d`` have each varying
+    constant written as ``a*x_d + b`` (``x_d`` the piece's own iterator of ``d``, equal to
+    its slot there): see the module doc."""
     templates: dict[tuple, list[int]] = defaultdict(list)
     for n, p in enumerate(pieces):
         templates[(p.names, _template(p.scope)[0])].append(n)
     out = list(pieces)
-    for members in templates.values():
+    for (_, key), members in templates.items():
         if len(members) < 2:
             continue
         group = [pieces[n] for n in members]
@@ -232,28 +283,43 @@ def _loop_indexed(pieces: list[_Piece]) -> list[_Piece]:
             fits = [_affine_fit(slots, [c[k] for c in consts]) for k in range(len(consts[0]))]
             if any(f is None for f in fits) or all(f[0] == 0 for f in fits):
                 continue
+            loop = (key, min(slots), max(slots) + 1)
             for n, p in zip(members, group):
-                out[n] = _Piece(p.term, p.names, _with_loop_index(p.scope, d, fits), p.box)
+                out[n] = _Piece(p.term, p.names, _with_loop_index(p.scope, d, fits, loop), p.box)
             break
     return out
 
 
 def _template(s: Scope) -> tuple[str, tuple[int, ...]]:
-    """(key of ``s`` with every index's constant term and every range blanked, the
-    constants in a fixed order)."""
+    """(key of ``s`` with every index's constant term blanked -- in the scopes it reads too,
+    as deep as they go -- and its own ranges, the constants in a fixed order)."""
     consts: list[int] = []
+    memo: dict[int, Scope] = {}
 
-    def blank(a: Access) -> Access:
-        idx = []
-        for i in a.indices:
-            rest, c = _split_constant(i)
-            consts.append(c)
-            idx.append(rest)
-        return Access(a.source, tuple(idx))
+    def blank_index(rest, c):
+        consts.append(c)
+        return rest
 
-    body = _map_reads(s.body, blank)
+    def blank_source(src: Scope) -> Scope:
+        if id(src) not in memo:
+            memo[id(src)] = scope_like(src, src.traversal, src.summation,
+                                       _recast(src.body, blank_index, blank_source))
+        return memo[id(src)]
+
+    body = _recast(s.body, blank_index, blank_source)
     its = lambda group: tuple(Iter(it.name, *PLACEHOLDER) for it in group)  # noqa: E731
     return fingerprint(scope_like(s, its(s.traversal), its(s.summation), body)), tuple(consts)
+
+
+def _recast(e: Expr, index, source) -> Expr:
+    """``e`` with every read's indices ``rest + c`` replaced by ``index(rest, c)`` and every
+    scope it reads by ``source(scope)``, reads in ``accesses`` order (a scope's own reads
+    when ``source`` first recasts it)."""
+    def read(a: Access) -> Access:
+        src = source(a.source) if isinstance(a.source, Scope) else a.source
+        return Access(src, tuple(index(*_split_constant(i)) for i in a.indices))
+
+    return _map_reads(e, read)
 
 
 def _split_constant(i) -> tuple[sympy.Expr, int]:
@@ -274,20 +340,44 @@ def _affine_fit(xs: list[int], ys: list[int]) -> tuple[int, int] | None:
     return (a, b) if all(y == a * x + b for x, y in zip(xs, ys)) else None
 
 
-def _with_loop_index(s: Scope, d: int, fits: list[tuple[int, int]]) -> Scope:
-    """``s`` with its ``k``-th index constant replaced by ``a*x_d + b`` (``fits[k]``)."""
-    x = s.traversal[d].symbol
+def _with_loop_index(s: Scope, d: int, fits: list[tuple[int, int]], loop: tuple) -> Scope:
+    """``s`` with its ``k``-th index constant replaced by ``a*x + b`` (``fits[k]``), ``x`` the
+    loop index: ``x_d`` in ``s`` itself. A scope it reads whose constants vary gets the loop
+    index as a new first dim (``M_k[r, j]`` -> ``M[x, r, j]``, ``M[l, r, j]`` computing
+    piece ``l``'s ``M_l``): the pieces then read one scope, the loop batched into it.
+    ``loop``: (template key, first and last slot + 1) of the pieces, naming that dim."""
     k = iter(range(len(fits)))
+    memo: dict[int, tuple[Scope, bool]] = {}
 
-    def vary(a: Access) -> Access:
-        idx = []
-        for i in a.indices:
-            rest, _ = _split_constant(i)
+    def rebuild(e: Expr, x) -> tuple[Expr, bool]:
+        varied = False
+
+        def index(rest, c):
+            nonlocal varied
             slope, offset = fits[next(k)]
-            idx.append(rest + slope * x + offset)
-        return Access(a.source, tuple(idx))
+            varied |= slope != 0
+            return rest + slope * x + offset
 
-    return scope_like(s, s.traversal, s.summation, _map_reads(s.body, vary))
+        def source(src: Scope) -> Scope:
+            if id(src) not in memo:
+                it = Iter(fresh_name("l", "loop", _template(src)[0], *loop), loop[1], loop[2])
+                body, inner = rebuild(src.body, it.symbol)
+                batched = scope_like(src, (it,) + src.traversal, src.summation, body)
+                memo[id(src)] = (batched, inner)
+            return memo[id(src)][0] if memo[id(src)][1] else src
+
+        def read(a: Access) -> Access:
+            nonlocal varied
+            src = source(a.source) if isinstance(a.source, Scope) else a.source
+            idx = tuple(index(*_split_constant(i)) for i in a.indices)
+            if src is not a.source:  # the batched scope, read at this piece's loop index
+                varied, idx = True, (x,) + idx
+            return Access(src, idx)
+
+        return _map_reads(e, read), varied
+
+    body, _ = rebuild(s.body, s.traversal[d].symbol)
+    return scope_like(s, s.traversal, s.summation, body)
 
 
 def _map_reads(e: Expr, fn) -> Expr:

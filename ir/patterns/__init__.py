@@ -22,7 +22,9 @@ Each matcher returns a small frozen dataclass with everything a library call nee
 """
 from __future__ import annotations
 
-from ir.nodes import Reduce, Scope, free_iterators
+import sympy
+
+from ir.nodes import Access, Binary, Reduce, Scope, Unary, free_iterators, iterator_symbol
 from ir.patterns.banded import BandedMatch, match_g2bmm, match_gbmm
 from ir.patterns.conv import ConvMatch, match_conv
 from ir.patterns.maps import (
@@ -52,7 +54,50 @@ def classify(scope: Scope) -> str:
     ``contraction``: any other sum of a product of two or more varying factors (an einsum);
     ``eoperator``: the memory-bound rest -- gathers, re-indexing, padding, layout copies,
     offset-reduces.
+
+    A scope that is none of the library operators as it stands, but is one once its
+    iterators over a single point are fixed at that point, is that operator (a view adds
+    the unit dims): ``torch.mm`` of a row ``unsqueeze``d from a vector is a Matmul, and so
+    is a stack of them batched along a loop index.
     """
+    kind = _classify(scope)
+    if kind in LIBRARY or not any(it.extent == 1 for it in scope.traversal + scope.summation):
+        return kind
+    point = _at_unit_points(scope)
+    lifted = _classify(point) if point is not None else kind
+    return lifted if lifted in LIBRARY else kind
+
+
+LIBRARY = frozenset({"matmul", "batch_matmul", "conv", "g2bmm", "gbmm"})
+
+
+def _at_unit_points(scope: Scope) -> Scope | None:
+    """``scope`` with every iterator over one point replaced by that point (None if that
+    leaves no traversal or summation, or no iterator is over one point)."""
+    one = {it.name: sympy.Integer(it.lo) for it in scope.traversal + scope.summation
+           if it.extent == 1}
+    if not one:
+        return None
+    subs = {iterator_symbol(n): v for n, v in one.items()}
+
+    def fix(e):
+        if isinstance(e, Access):
+            return Access(e.source, tuple(sympy.sympify(i).xreplace(subs) for i in e.indices))
+        if isinstance(e, Binary):
+            return Binary(e.op, fix(e.lhs), fix(e.rhs))
+        if isinstance(e, Unary):
+            return Unary(e.op, fix(e.x))
+        return e
+
+    traversal = tuple(it for it in scope.traversal if it.name not in one)
+    summation = tuple(it for it in scope.summation if it.name not in one)
+    if not traversal and not summation:
+        return None
+    return Scope(traversal, summation, fix(scope.body), scope.reduce, name=scope.name,
+                 dtype=scope.dtype)
+
+
+def _classify(scope: Scope) -> str:
     matmul = match_matmul(scope)
     if matmul is not None:
         return matmul.kind

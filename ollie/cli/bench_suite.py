@@ -93,6 +93,10 @@ def stack_sum(x, w1, w2, w3):
     return torch.stack([x @ w1, x @ w2, x @ w3]).sum(0)
 
 
+def stack_amax(x, w1, w2, w3):
+    return torch.stack([x @ w1, x @ w2, x @ w3]).amax(0)
+
+
 def row_loop(x, w):
     return torch.stack([torch.tanh(x[i] @ w) for i in range(x.shape[0])])
 
@@ -180,6 +184,11 @@ def _stack_sum(s):
     return stack_sum, _inputs((n, n), (n, n), (n, n), (n, n))
 
 
+def _stack_amax(s):
+    n = _dim(512, s, 2)
+    return stack_amax, _inputs((n, n), (n, n), (n, n), (n, n))
+
+
 def _row_loop(s):
     return row_loop, _inputs((_dim(32, s, 2), _dim(256, s)), (_dim(256, s), _dim(256, s)))
 
@@ -209,6 +218,7 @@ CASES = [
     Case("kron_matvec", "torch.kron(p, q) @ v", _kron),
     Case("common_factor", "a @ b + c @ b", _common_factor),
     Case("stack_sum", "torch.stack([x @ w1, x @ w2, x @ w3]).sum(0)", _stack_sum),
+    Case("stack_amax", "torch.stack([x @ w1, x @ w2, x @ w3]).amax(0)", _stack_amax),
     Case("row_loop", "torch.stack([tanh(x[i] @ w) for i in rows])", _row_loop),
     Case("broadcast_tanh_sum", "tanh(x[:, None] * y[None] + 1).sum(-1): left to Inductor",
          _broadcast_tanh_sum),

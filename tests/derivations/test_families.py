@@ -49,6 +49,11 @@ def _kron(a, b):
                        m * p, n * q)
 
 
+def _row_mm(a, w, i):
+    """``a[i] @ w`` as core ATen spells it: the row unsqueezed, an ``mm``, squeezed back."""
+    return ops.squeeze(ops.mm(ops.unsqueeze(ops.select(a, 0, i), 0), w), 0)
+
+
 def _t(shapes):
     return [Tensor(f"x{k}", tuple(s), "float64") for k, s in enumerate(shapes)]
 
@@ -153,6 +158,25 @@ CASES = {
         lambda a, w: ops.stack([ops.matmul(ops.select(a, 0, i), w) for i in range(6)]),
         lambda a, w: torch.stack([a[i] @ w for i in range(6)]),
         ((6, N), (N, K)), 6 * K, ("matmul",), 6 * N * K + 6 * K),
+    # ... as core ATen spells them through the compiler: x[i] @ w is select, unsqueeze, mm,
+    #     squeeze; a stack of vectors is a flat cat read through a view (cat[M*i + j])
+    "unrolled_aten_rows": Case(
+        lambda a, w: ops.reshape(ops.cat([ops.tanh(_row_mm(a, w, i)) for i in range(8)]), 8, K),
+        lambda a, w: torch.stack([torch.tanh(a[i] @ w) for i in range(8)]),
+        ((8, N), (N, K)), 8 * K, ("matmul",), 8 * N * K + 8 * K),
+    "unrolled_aten_matvec": Case(
+        lambda a, w: ops.reshape(ops.cat([ops.mv(w, ops.select(a, 0, i)) for i in range(6)]),
+                                 6, K),
+        lambda a, w: torch.stack([w @ a[i] for i in range(6)]),
+        ((6, N), (K, N)), 6 * K, ("matmul",), 6 * N * K),
+    "unrolled_aten_slices": Case(
+        lambda a, w: ops.cat([ops.relu(ops.mm(ops.slice(a, 0, i, i + 1), w)) for i in range(6)]),
+        lambda a, w: torch.cat([torch.relu(a[i:i + 1] @ w) for i in range(6)]),
+        ((6, N), (N, K)), 6 * K, ("matmul",), 6 * N * K + 6 * K),
+    "stack_amax_of_products": Case(
+        lambda x, a, b, c: ops.amax(ops.stack([ops.mm(x, a), ops.mm(x, b), ops.mm(x, c)]), 0),
+        lambda x, a, b, c: torch.stack([x @ a, x @ b, x @ c]).amax(0),
+        ((K, N), (N, K), (N, K), (N, K)), K * K, ("matmul",), 3 * K * N * K + 3 * K * K),
     # -- reductions over stacks: elementwise
     "stack_sum": Case(lambda u, v, w: ops.sum(ops.stack([u, v, w]), 0),
                       lambda u, v, w: torch.stack([u, v, w]).sum(0), ((N,), (N,), (N,)), N,

@@ -111,3 +111,44 @@ def test_many_chunks_join_in_one_step():
     (joined,) = join_ranges(whole)
     check_equiv(whole, joined)
     assert sum(1 for s in sub_scopes(joined) if s.summation) == 1
+
+
+def _rows(n: int, j_range: str = "j in 0:4", width: int = 4) -> str:
+    """``torch.stack([tanh(x[k] @ w) for k in range(n)])`` as core ATen spells it (views
+    inlined): a 1-row product and a map per row, a flat cat, a view reading ``C[4*i + j]``."""
+    lines = ["x: f32[%d,6]" % n, "w: f32[6,4]"]
+    reads = []
+    for k in range(n):
+        lines.append(f"M{k}[r,j] = sum[q] x[{k},q] * w[q,j] where r in 0:1")
+        lines.append(f"P{k}[t] = tanh(M{k}[0,t])")
+        reads.append(f"P{k}[u-{4 * k}]" if k else "P0[u]")
+    lines.append(f"C[u] = {' + '.join(reads)} where u in 0:{4 * n}")
+    lines.append(f"R[i,j] = C[{width}*i+j] where i in 0:{n}, {j_range}")
+    return "\n".join(lines)
+
+
+def test_a_stack_read_through_a_view_joins_into_one_batched_product():
+    """The view's ``C[4*i + j]`` reads row ``i``'s piece at ``j``: each piece is one slot of
+    ``i`` wide, its product reads ``x[k, ...]`` with ``k`` its slot, so the products batch
+    into one over the loop index and the rows join."""
+    program = parse(_rows(5))
+    (joined,) = join_ranges(program)
+    check_equiv(program, joined)
+    products = [s for s in sub_scopes(joined) if s.summation]
+    assert len(products) == 1 and patterns.classify(products[0]) == "matmul"
+    assert len(sub_scopes(joined)) == 2  # the product and one map: no piece, no copy
+
+
+@pytest.mark.parametrize("j_range, width", [("j in 0:5", 4), ("j in 0:4", 5)],
+                         ids=["reads past a row", "not the pieces' width"])
+def test_a_read_that_is_no_flattening_of_the_pieces_does_not_split(j_range, width):
+    program = parse(_rows(3, j_range, width))
+    for j in join_ranges(program):
+        check_equiv(program, j)
+    assert all(len([s for s in sub_scopes(j) if s.summation]) > 1 for j in join_ranges(program))
+
+
+def test_pieces_whose_sources_differ_other_than_by_the_loop_index_do_not_join():
+    text = _rows(3).replace("x[2,q]", "x[0,q]")  # row 2 reads row 0: not one function of k
+    program = parse(text)
+    assert join_ranges(program) == []

@@ -293,6 +293,18 @@ def test_classify(scope, cls):
     assert classify(scope) == cls
 
 
+def test_a_library_operator_with_dims_over_one_point_is_that_operator():
+    """``x[i] @ w`` through core ATen: the row unsqueezed to one, an ``mm``; a stack of those
+    batched over the loop index reads ``x[l + r, k]`` with ``r`` over one point."""
+    x, w = T("x", 4, 6), T("w", 6, 5)
+    row = Scope(its(r=1, j=5), its(k=6), x[2, k] * w[k, j])
+    assert classify(row) == "matmul" and match_matmul(row) is None  # a view adds the dim
+    loop = Iter("l", 0, 4)
+    batched = Scope((loop,) + its(r=1, j=5), its(k=6), x[loop.symbol + r, k] * w[k, j])
+    assert classify(batched) == "matmul"
+    assert classify(Scope(its(r=1, j=5), its(k=6), x[2, k] * x[2, k] * w[k, j])) != "matmul"
+
+
 def test_matching_ignores_names():
     a, bb = T("left", 4, 6), T("right", 6, 5)
     p, q, z = (iterator_symbol(v) for v in ("p", "q", "zz"))
