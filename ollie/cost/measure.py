@@ -336,20 +336,25 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
             min_rounds: int = 5, max_rounds: int = 100, clear: float = 2.0) -> Comparison:
     """Time ``eager`` and ``ollie`` in interleaved rounds (after one warm-up call each) for
     about ``budget_s`` seconds: they see the same background load, so each round's ratio is
-    meaningful, and the spread of those ratios is the noise of the decision. Timing stops
-    early, after ``min_rounds``, once the best times differ by more than ``clear`` times
-    either way: no adoption threshold lies near such a ratio."""
+    meaningful, and the spread of those ratios is the noise of the decision.
+
+    ``min_rounds`` are timed while the budget lasts; timing stops sooner once the best times
+    differ by more than ``clear`` times either way (after 3 rounds: no adoption threshold lies
+    near such a ratio), and never before 2 rounds, however slow the calls."""
     eager(), ollie()
     te: list[float] = []
     to: list[float] = []
     start = time.perf_counter()
-    while len(te) < max_rounds and (len(te) < min_rounds
-                                    or (time.perf_counter() - start < budget_s
-                                        and 1 / clear < min(te) / min(to) < clear)):
+    while len(te) < max_rounds:
         for fn, ts in ((eager, te), (ollie, to)):
             t0 = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t0)
+        n, spent = len(te), time.perf_counter() - start
+        decided = not 1 / clear < min(te) / min(to) < clear
+        if (n >= 3 and decided) or (n >= min_rounds and spent >= budget_s) or \
+                (n >= 2 and spent >= 2 * budget_s):
+            break
     ratios = sorted(a / max(b, 1e-12) for a, b in zip(te, to))
     if len(ratios) >= 4:
         q = statistics.quantiles(ratios, n=4)

@@ -97,6 +97,9 @@ def test_compare_stops_early_only_when_the_decision_is_clear():
     slow = lambda: _time.sleep(0.004)  # noqa: E731
     fast = lambda: _time.sleep(0.0005)  # noqa: E731
     clear = compare(slow, fast, budget_s=1.0, min_rounds=5)
-    assert clear.rounds == 5 and clear.speedup > 2
+    assert clear.rounds == 3 and clear.speedup > 2
+    very_slow = lambda: _time.sleep(0.06)  # noqa: E731
+    capped = compare(very_slow, very_slow, budget_s=0.05, min_rounds=5)
+    assert capped.rounds == 2  # two rounds at least, then twice the budget is the limit
     close = compare(slow, slow, budget_s=0.2, min_rounds=5)
     assert close.rounds > 5  # a tie is timed for the whole budget
