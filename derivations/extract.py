@@ -52,6 +52,8 @@ __all__ = ["Candidate", "Derivation", "derive", "VERIFY_LIMIT"]
 
 VERIFY_LIMIT = 1 << 26  # iteration points (traversal x summation, over all scopes) checked
 DAG_FLOOR = 0.05  # seconds the ILP always gets, even past the budget (small ones take ms)
+VERIFY_RATE = 2.5e7  # points (of the bigger program) a check does per second, until measured
+VERIFY_FLOOR = 1 << 20  # points a check may take even past the budget (at most some 0.2 s)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Derivation:
     dag_term: Term | None = field(default=None, repr=False)   # the ILP's pick, if any
     deadline: float | None = None  # ``time.perf_counter()`` when the budget ends: the ILP
     #                                gets half of what is left (at least DAG_FLOOR seconds)
+    _verify_rate: float = field(default=0.0, repr=False)  # check points per second, measured
 
     @property
     def view(self) -> View:
@@ -94,7 +97,9 @@ class Derivation:
 
         Programs up to ``verify_limit`` iteration points are checked by the reference
         interpreter; bigger ones are marked unchecked (a caller that runs every candidate
-        against the original anyway, as the compiler does, passes a small limit)."""
+        against the original anyway, as the compiler does, passes a small limit), and so
+        are those whose check would not end within the budget (``VERIFY_RATE``; checks up
+        to ``VERIFY_FLOOR`` points always run)."""
         with recursion_room(expression_depth(self.expr)):
             return self._candidates(k, cost, verify_limit)
 
@@ -129,7 +134,7 @@ class Derivation:
         for cand in ranked:
             if len(out) == k:
                 break
-            checked = self._check(cand, verify_limit)
+            checked = self._check(cand, self._within_budget(verify_limit))
             if checked is not None:
                 out.append(checked)
         if all(c.program is not self.expr for c in out):
@@ -140,13 +145,26 @@ class Derivation:
         total = float(sum(cost(s) for s in sub_scopes(program)))
         return Candidate(program, total, tuple(chain), verified, operators(program))
 
+    def _within_budget(self, limit: int) -> int:
+        """``limit``, or fewer points where the budget's end comes first, at the rate the
+        checks so far ran (``VERIFY_RATE`` before the first: library-like contractions
+        evaluate far faster than gathers, so a measured rate beats any constant)."""
+        if self.deadline is None:
+            return limit
+        left = max(0.0, self.deadline - time.perf_counter())
+        return min(limit, max(VERIFY_FLOOR, int(left * (self._verify_rate or VERIFY_RATE))))
+
     def _check(self, cand: Candidate, limit: int = VERIFY_LIMIT) -> Candidate | None:
         """``cand`` marked checked, or None (and reported in ``rejected``) if it is wrong."""
         if cand.program is self.expr:
             return cand
         key = (_identity(cand.program), limit)
         if key not in self._checked:
+            t0 = time.perf_counter()
             self._checked[key] = _verify(self.expr, cand.program, limit)
+            points, seconds = self._checked[key][2], time.perf_counter() - t0
+            if points >= VERIFY_FLOOR and seconds > 0:  # big enough to time
+                self._verify_rate = points / seconds
             if self._checked[key][0] is False:
                 self.rejected.append((cand.program, self._checked[key][1]))
         ok = self._checked[key][0]
@@ -336,8 +354,10 @@ def _identity(program: Scope) -> str:
     return fingerprint(program)
 
 
-def _verify(original: Scope, program: Scope, limit: int = VERIFY_LIMIT) -> tuple[bool | None, str]:
-    """(equal on random inputs, why not); (None, ...) when either side is too big to evaluate.
+def _verify(original: Scope, program: Scope, limit: int = VERIFY_LIMIT
+            ) -> tuple[bool | None, str, int]:
+    """(equal on random inputs, why not, the points checked); (None, ...) when either side
+    is too big to evaluate.
 
     A program too big to evaluate is still checked for validity and for the original's
     output range: that much is cheap, and catches a malformed decode.
@@ -345,11 +365,11 @@ def _verify(original: Scope, program: Scope, limit: int = VERIFY_LIMIT) -> tuple
     try:
         check(program)
     except IRError as e:
-        return False, f"invalid program: {e}"
+        return False, f"invalid program: {e}", 0
     if program.bounds() != original.bounds():
-        return False, f"output range {program.bounds()} is not the original's {original.bounds()}"
+        return False, f"output range {program.bounds()} is not the original's {original.bounds()}", 0
     points = max(sum(iteration_points(s) for s in sub_scopes(p)) for p in (original, program))
     if points > limit:
-        return None, f"not checked: {points} iteration points > {limit}"
+        return None, f"not checked: {points} iteration points > {limit}", 0
     result = compare(original, program)
-    return result.ok, result.reason
+    return result.ok, result.reason, points

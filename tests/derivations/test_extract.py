@@ -89,7 +89,7 @@ def test_candidates_are_distinct_ranked_and_include_the_original():
 def test_a_candidate_that_fails_the_check_is_discarded_and_reported(monkeypatch):
     e = ops.matmul(ops.matmul(Tensor("a", (6, 5)), Tensor("b", (5, 7))), Tensor("c", (7, 3)))
     d = derive(e)
-    monkeypatch.setattr(extract, "_verify", lambda a, b, limit=None: (False, "forced failure"))
+    monkeypatch.setattr(extract, "_verify", lambda a, b, limit=None: (False, "forced failure", 0))
     cands = d.candidates(3, flops)
     assert [c.program for c in cands] == [e]
     assert d.rejected and all(why == "forced failure" for _, why in d.rejected)
@@ -101,8 +101,15 @@ def test_verify_catches_a_wrong_program():
     right = Scope((i, j), (k,), a[i.symbol, k.symbol] * b[k.symbol, j.symbol])
     wrong = Scope((i, j), (k,), a[i.symbol, k.symbol] * b[k.symbol, 0])
     assert extract._verify(right, right)[0] is True
-    ok, why = extract._verify(right, wrong)
+    ok, why, _ = extract._verify(right, wrong)
     assert ok is False and why
+
+
+def test_checks_that_would_outlast_the_budget_are_cut_to_the_floor():
+    d = derive(chain((3, 4, 5, 6)), Budget(seconds=2))
+    d.deadline = time.perf_counter() - 1.0  # the budget is spent: only small checks run
+    assert d._within_budget(1 << 30) == extract.VERIFY_FLOOR
+    assert d._within_budget(1000) == 1000
 
 
 def test_report_counts_classes_after_extraction():

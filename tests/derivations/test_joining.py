@@ -152,3 +152,44 @@ def test_pieces_whose_sources_differ_other_than_by_the_loop_index_do_not_join():
     text = _rows(3).replace("x[2,q]", "x[0,q]")  # row 2 reads row 0: not one function of k
     program = parse(text)
     assert join_ranges(program) == []
+
+
+# ``bench_gpu.g2bmm_fn(2, 2, chunk=2)`` and ``gbmm_fn`` (w 2, dilation 2: 5 band offsets in
+# chunks of 2, 2 and 1) as the compiler sees them: each einsum a bmm over the batch flattened
+# (``b = 12*i + j``, unflattened by ``b // 12``, ``b % 12``), the last chunk of one offset an
+# elementwise product (and a sum over one column for Q.K^T, no sum at all for P.V).
+CHUNKED_G2BMM = """q: f32[2, 12, 3]
+k: f32[2, 12, 3]
+bmm[b,i,j] = sum[k] q[b//12,b%12,k] * k[b//12,b%12+2*j-4,k] where b in 0:24, i in 0:1, j in 0:2
+T0[b,i,j] = sum[k] q[b//12,b%12,k] * k[b//12,b%12+2*j,k] where b in 0:24, i in 0:1, j in 0:2
+mul[i,j] = q[i//12,i%12,j] * k[i//12,i%12+4,j] where i in 0:24
+T1[i,j] = sum[rj] mul[i,rj] where j in 0:1
+cat[i,j,k] = bmm[12*i+j,0,k] + T0[12*i+j,0,k-2] + T1[12*i+j+24*k-96,0] where i in 0:2, j in 0:12, k in 0:5"""
+CHUNKED_GBMM = """p: f32[2, 12, 5]
+v: f32[2, 12, 3]
+bmm[b,i,j] = sum[k] p[b//12,b%12,k] * v[b//12,b%12+2*k-4,j] where b in 0:24, i in 0:1, k in 0:2
+T0[b,i,j] = sum[k] p[b//12,b%12,k+2] * v[b//12,b%12+2*k,j] where b in 0:24, i in 0:1, k in 0:2
+add[i,j,k] = bmm[12*i+j,0,k] + T0[12*i+j,0,k] where i in 0:2, j in 0:12
+mul[i,j,k,l] = p[i,j,l+4] * v[i,j+2*l+4,k] where l in 0:1
+T1[i,j,k] = add[i,j,k] + mul[i,j,k,0]"""
+
+
+@pytest.mark.parametrize("text, kind", [(CHUNKED_G2BMM, "g2bmm"), (CHUNKED_GBMM, "gbmm")],
+                         ids=["g2bmm", "gbmm"])
+def test_chunked_banded_products_through_the_compiler_join_into_one(text, kind):
+    """The chunks' batch is flattened, so each piece is split back into its batch digits;
+    the one-offset chunk is the others' function at its offset, so it joins them too."""
+    program = parse(text)
+    (joined,) = join_ranges(program)
+    check_equiv(program, joined)
+    assert [patterns.classify(s) for s in sub_scopes(joined)] == [kind]
+    best = derive(program, Budget(seconds=2)).candidates(2, lambda s: float(len(str(s))))
+    assert best[0].operators == (kind,) and best[0].verified, best[0].program
+
+
+def test_a_lone_point_joins_only_the_function_it_is_a_point_of():
+    text = CHUNKED_G2BMM.replace("k[i//12,i%12+4,j]", "k[i//12,i%12+3,j]")  # offset 3, not 4
+    program = parse(text)
+    for j in join_ranges(program):
+        check_equiv(program, j)
+        assert len([s for s in sub_scopes(j) if s.summation]) == 2  # the point stays apart
