@@ -70,17 +70,19 @@ def _ollie_plan(optimized) -> str:
 
 
 def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    """Median seconds per call of each fn, timed in interleaved rounds."""
+    """Median seconds per call of each fn, timed in interleaved rounds (under ``no_grad``,
+    as the outputs were checked: a change of grad mode would recompile inside the timing)."""
     import torch
 
     number = {}
-    for name, fn in fns.items():  # calibrate: calls per sample so a sample is >= MIN_SAMPLE_S
-        t0 = time.perf_counter()
-        fn()
-        one = time.perf_counter() - t0
-        number[name] = max(1, min(1000, int(MIN_SAMPLE_S / max(one, 1e-7)) + 1))
     samples: dict[str, list[float]] = {name: [] for name in fns}
     with torch.no_grad():
+        for name, fn in fns.items():  # calibrate: calls per sample so a sample >= MIN_SAMPLE_S
+            fn()  # warm: whatever a first call in this mode does is not timed
+            t0 = time.perf_counter()
+            fn()
+            one = time.perf_counter() - t0
+            number[name] = max(1, min(1000, int(MIN_SAMPLE_S / max(one, 1e-7)) + 1))
         for _ in range(repeat):
             for name, fn in fns.items():
                 t0 = time.perf_counter()

@@ -65,7 +65,8 @@ def demo(args, out) -> int:
           f"({'OK' if ok else 'MISMATCH'})", file=out)
 
     compiled = torch.compile(chain)
-    compiled(a, b, c)
+    with torch.no_grad():  # the mode the timings run in
+        compiled(a, b, c)
     times = bench_cmd.time_side_by_side({"eager": lambda: chain(a, b, c),
                                          "torch.compile": lambda: compiled(a, b, c),
                                          "ollie": lambda: optimized(a, b, c)}, args.repeat)
