@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ir.nodes import Access, Binary, Expr, Scope, Unary
+from ir.nodes import Access, Scope
+from derivations.rules.iterator_split import map_accesses
 from derivations.rules.merging import inline_read, scope_reads
 
 __all__ = ["inline_views", "is_view"]
@@ -30,7 +31,8 @@ def inline_views(root: Scope) -> Scope:
     def norm(s: Scope) -> Scope:
         if id(s) in memo:
             return memo[id(s)]
-        out = replace(s, body=_map_reads(s.body, norm))
+        out = replace(s, body=map_accesses(s.body, lambda a: Access(norm(a.source), a.indices)
+                                             if isinstance(a.source, Scope) else a))
         while True:
             views = [a for a in scope_reads(out.body) if is_view(a.source)]
             for read in views:
@@ -44,14 +46,3 @@ def inline_views(root: Scope) -> Scope:
         return out
 
     return norm(root)
-
-
-def _map_reads(e: Expr, f) -> Expr:
-    """``e`` with the source of every scope read replaced by ``f(source)``."""
-    if isinstance(e, Access):
-        return Access(f(e.source), e.indices) if isinstance(e.source, Scope) else e
-    if isinstance(e, Binary):
-        return replace(e, lhs=_map_reads(e.lhs, f), rhs=_map_reads(e.rhs, f))
-    if isinstance(e, Unary):
-        return replace(e, x=_map_reads(e.x, f))
-    return e

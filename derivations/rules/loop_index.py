@@ -21,11 +21,12 @@ from collections import defaultdict
 import sympy
 
 from ir.canonical import fingerprint
-from ir.nodes import Access, Binary, Expr, Iter, Scope, Unary
+from ir.nodes import Access, Expr, Iter, Scope
 from derivations.index_rules import fresh_name, scope_like
+from derivations.rules.iterator_split import map_accesses
 from derivations.rules.pieces import PLACEHOLDER, Piece
 
-__all__ = ["loop_indexed", "map_reads"]
+__all__ = ["loop_indexed"]
 
 
 def loop_indexed(pieces: list[Piece]) -> list[Piece]:
@@ -85,7 +86,7 @@ def _recast(e: Expr, index, source) -> Expr:
         src = source(a.source) if isinstance(a.source, Scope) else a.source
         return Access(src, tuple(index(*_split_constant(i)) for i in a.indices))
 
-    return map_reads(e, read)
+    return map_accesses(e, read)
 
 
 def _split_constant(i) -> tuple[sympy.Expr, int]:
@@ -140,18 +141,7 @@ def _with_loop_index(s: Scope, d: int, fits: list[tuple[int, int]], loop: tuple)
                 varied, idx = True, (x,) + idx
             return Access(src, idx)
 
-        return map_reads(e, read), varied
+        return map_accesses(e, read), varied
 
     body, _ = rebuild(s.body, s.traversal[d].symbol)
     return scope_like(s, s.traversal, s.summation, body)
-
-
-def map_reads(e: Expr, fn) -> Expr:
-    """``e`` with every access replaced by ``fn(access)``, in ``accesses`` order."""
-    if isinstance(e, Access):
-        return fn(e)
-    if isinstance(e, Binary):
-        return Binary(e.op, map_reads(e.lhs, fn), map_reads(e.rhs, fn))
-    if isinstance(e, Unary):
-        return Unary(e.op, map_reads(e.x, fn))
-    return e
