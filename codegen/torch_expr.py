@@ -19,7 +19,7 @@ from codegen.access import (
 )
 from ir.interpreter import BINARY as NP_BINARY, UNARY as NP_UNARY
 from ir.nodes import (
-    COMPARISONS, Access, Binary, BinOp, Const, Expr, Scope, Tensor, UnOp, Unary, selection, walk,
+    COMPARISONS, Access, Binary, BinOp, Const, Expr, Scope, UnOp, Unary, selection, walk,
 )
 
 ATOM, UNARY_MINUS, PRODUCT, SUM, COMPARE = 9, 3, 2, 1, 0  # precedence of the outermost operator
