@@ -11,59 +11,20 @@ Tensor Comprehensions does); ``where`` overrides. See docs/language.md.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from typing import Mapping
 
 import sympy
 
 from ir.errors import IRError, ParseError, did_you_mean
+from ir.lexer import (
+    BINARY_FUNCS, DTYPE_SHORT, DTYPES, INT64_MAX, NUMBER_WORDS, REDUCES, UNARY_FUNCS, Cursor, Token,
+)
 from ir.nodes import (
     Access, Binary, BinOp, Const, Expr, Iter, Reduce, Scope, Tensor, UnOp, Unary, accesses,
     children, iterator_symbol,
 )
 
-REDUCES = {r.value: r for r in Reduce}
-UNARY_FUNCS = {op.value: op for op in UnOp if op is not UnOp.NEG}
-BINARY_FUNCS = {op.value: op for op in BinOp if op.value.isidentifier()}  # max(a, b), ...
-NUMBER_WORDS = {"inf": float("inf"), "nan": float("nan")}
-# Words with a meaning of their own; they cannot name tensors, statements or iterators.
-RESERVED = frozenset(REDUCES) | {"where", "in"} | frozenset(NUMBER_WORDS)
-DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
-          "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
-          "bool": "bool"}
-DTYPE_SHORT = {full: short for short, full in DTYPES.items()}
-
-# Limits that keep a hostile or mistaken input to one clear error: nesting the parser recurses
-# through (as Python's own parser, 200), the depth of the expression tree (operations and the
-# statements read, all of which later code walks), and sizes that fit int64.
-MAX_NESTING = 200
-MAX_DEPTH = 256
-INT64_MAX = (1 << 63) - 1
-
-_TOKEN = re.compile(r"\s*(?:(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
-                    r"|(?P<name>[A-Za-z_]\w*)|(?P<op>//|[-+*/%()\[\],:=]))")
-
-
-@dataclass(frozen=True)
-class Token:
-    kind: str  # "num", "name", "op" or "end"
-    text: str
-    column: int  # 1-based
-
-
-def _tokenize(code: str, lineno: int, raw: str) -> list[Token]:
-    tokens, pos, code = [], 0, code.rstrip()
-    while pos < len(code):
-        m = _TOKEN.match(code, pos)
-        if not m:
-            col = len(code) - len(code[pos:].lstrip()) + 1
-            raise ParseError(f"unexpected character {code[col - 1]!r}", lineno, col, raw)
-        kind = m.lastgroup
-        tokens.append(Token(kind, m.group(kind), m.start(kind) + 1))
-        pos = m.end()
-    tokens.append(Token("end", "", len(code) + 1))
-    return tokens
+MAX_DEPTH = 256  # the expression tree's depth (operations, statements read): later code walks it
 
 
 def _source_name(src) -> str:
@@ -84,77 +45,16 @@ def infer_ranges(body: Expr) -> dict[str, dict[tuple[int, int], str]]:
     return found
 
 
-class _Line:
+class _Line(Cursor):
     """Recursive-descent parser for one line of text."""
 
     def __init__(self, raw: str, lineno: int, names: dict[str, Tensor | Scope],
                  depths: dict[int, int] | None = None):
-        self.raw, self.lineno, self.names = raw, lineno, names
-        self.toks = _tokenize(raw.split("#", 1)[0], lineno, raw)
-        self.pos = 0
+        super().__init__(raw, lineno)
+        self.names = names
         self.iters: dict[str, Token] = {}
-        self.nesting = 0
         self.depths = depths if depths is not None else {}  # id(statement) -> its depth
         self.body_start = -1
-
-    def enter(self):
-        """One level deeper into the recursive descent: past ``MAX_NESTING``, one error."""
-        self.nesting += 1
-        if self.nesting > MAX_NESTING:
-            raise self.error(f"the expression is nested more than {MAX_NESTING} levels deep "
-                             "(parentheses, calls, signs)")
-
-    # -- token helpers ---------------------------------------------------------------------
-    def peek(self, k: int = 0) -> Token:
-        return self.toks[min(self.pos + k, len(self.toks) - 1)]
-
-    def next(self) -> Token:
-        tok = self.peek()
-        self.pos += tok.kind != "end"
-        return tok
-
-    def at(self, text: str, k: int = 0) -> bool:
-        tok = self.peek(k)
-        return tok.kind in ("op", "name") and tok.text == text
-
-    def error(self, msg: str, tok: Token | None = None) -> ParseError:
-        tok = tok or self.peek()
-        return ParseError(msg, self.lineno, tok.column, self.raw)
-
-    def expect(self, text: str, what: str) -> Token:
-        if not self.at(text):
-            raise self.error(f"expected {what}")
-        return self.next()
-
-    def name(self, what: str) -> Token:
-        tok = self.peek()
-        if tok.kind != "name":
-            raise self.error(f"expected {what}")
-        if tok.text in RESERVED:
-            raise self.error(f"{tok.text!r} is a reserved word and cannot be {what}")
-        return self.next()
-
-    def int_(self, what: str) -> int:
-        neg = self.at("-")
-        if neg:
-            self.next()
-        tok = self.peek()
-        if tok.kind != "num" or not tok.text.isdigit():
-            raise self.error(f"expected {what}")
-        if int(tok.text) > INT64_MAX:
-            raise self.error(f"{tok.text} does not fit in int64", tok)
-        self.next()
-        return -int(tok.text) if neg else int(tok.text)
-
-    def name_list(self, what: str) -> list[Token]:
-        self.expect("[", "'['")
-        out = []
-        while not self.at("]"):
-            out.append(self.name(what))
-            if not self.at("]"):
-                self.expect(",", f"',' or ']' after {what}")
-        self.next()
-        return out
 
     # -- declarations and statements ------------------------------------------------------
     def declaration(self, name: Token) -> Tensor:
@@ -183,10 +83,6 @@ class _Line:
             raise self.error(f"{name.text!r} would have {math.prod(shape)} elements, more "
                              "than int64 can count", name)
         return Tensor(name.text, tuple(shape), dtype)
-
-    def end(self, what: str):
-        if self.peek().kind != "end":
-            raise self.error(f"expected {what}")
 
     def statement(self, name: Token) -> Scope:
         traversal = self.name_list("an iterator name")

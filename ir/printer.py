@@ -13,7 +13,8 @@ import math
 import sympy
 
 from ir.nodes import Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, UnOp, Unary, accesses, sub_scopes
-from ir.parser import BINARY_FUNCS, DTYPE_SHORT, RESERVED, infer_ranges
+from ir.lexer import BINARY_FUNCS, DTYPE_SHORT, RESERVED
+from ir.parser import infer_ranges
 
 ADD, MUL, UNARY, ATOM = 1, 2, 3, 4  # precedence levels, loosest first
 PREC = {BinOp.ADD: ADD, BinOp.SUB: ADD, BinOp.MUL: MUL, BinOp.DIV: MUL}
