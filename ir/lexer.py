@@ -40,6 +40,8 @@ class Token:
 
 
 def tokenize(code: str, lineno: int, raw: str) -> list[Token]:
+    """``code`` (one line, its comment cut off) as tokens, closed by an ``end`` token; errors
+    quote ``raw``, the whole line."""
     tokens, pos, code = [], 0, code.rstrip()
     while pos < len(code):
         m = _TOKEN.match(code, pos)
