@@ -110,3 +110,27 @@ def run_python(code: str | None = None, args: list[str] = (), timeout: float = 6
     return Result(time.perf_counter() - start, peak, p.returncode,
                   out.get("out", b"").decode(errors="replace"),
                   out.get("err", b"").decode(errors="replace"), killed)
+
+
+# The function and inputs the subprocess scenarios compile (a script's text, after its imports).
+WORKLOAD = """
+def fn(a, b, c):
+    return torch.relu((a @ b) @ c) * 2.0
+
+g = torch.Generator().manual_seed(0)
+a, b, c = (torch.randn(64, 256, generator=g), torch.randn(256, 256, generator=g),
+           torch.randn(256, 8, generator=g))
+"""
+
+
+def dead_pid() -> int:
+    """A process id that no process has now (a writer killed with -9 leaves its id behind)."""
+    pid = 2 ** 22 - 7
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except OSError:
+            pass
+        pid -= 1

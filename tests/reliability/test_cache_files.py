@@ -14,7 +14,7 @@ import pytest
 
 from ollie import cache as cache_mod
 from ollie.cache import Cache
-from reliability_helpers import run_python
+from reliability_helpers import dead_pid, run_python
 
 KEY = "ab" * 32
 VALUE = {"program": None, "rule_chain": ["split"], "cost_before": 2.0, "cost_after": 1.0,
@@ -133,7 +133,7 @@ def test_noise_fields_round_trip_and_tell_a_margin_within_noise(tmp_path):
 def test_orphan_temporary_files_of_dead_writers_are_removed(tmp_path):
     cache = Cache(tmp_path)
     cache.entries_dir.mkdir(parents=True)
-    dead = cache.entries_dir / f".{KEY}.{_dead_pid()}.x1y2.tmp"   # a writer killed with -9
+    dead = cache.entries_dir / f".{KEY}.{dead_pid()}.x1y2.tmp"   # a writer killed with -9
     old = cache.entries_dir / ".legacy-name.tmp"                   # an old writer's, stale
     alive = cache.entries_dir / f".{KEY}.{os.getpid()}.z3.tmp"     # a writer still at work
     for f in (dead, old, alive):
@@ -143,18 +143,6 @@ def test_orphan_temporary_files_of_dead_writers_are_removed(tmp_path):
     assert cache.put(KEY, VALUE)
     assert not dead.exists() and not old.exists() and alive.exists()
     assert cache.get(KEY) == VALUE
-
-
-def _dead_pid() -> int:
-    pid = 2 ** 22 - 7
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return pid
-        except OSError:
-            pass
-        pid -= 1
 
 
 # -- trust ---------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 adds its source excerpt and caret) and exit status 2; it starts without importing torch,
 sympy or egglog; errors say what was meant."""
 import io
-import sys
 import time
 
 import pytest

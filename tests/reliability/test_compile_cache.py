@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from reliability_helpers import run_python
+from reliability_helpers import WORKLOAD, run_python
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX folders")
 
@@ -21,12 +21,7 @@ from ollie import cache as cache_mod
 root = sys.argv[1]
 fast = {"inductor": False} if "inductor" in inspect.signature(ollie.optimize).parameters else {}
 
-def fn(a, b, c):
-    return torch.relu((a @ b) @ c) * 2.0
-
-g = torch.Generator().manual_seed(0)
-a, b, c = (torch.randn(64, 256, generator=g), torch.randn(256, 256, generator=g),
-           torch.randn(256, 8, generator=g))
+""" + WORKLOAD + r"""
 big = [x * 100 for x in (a, b, c)]  # the same shapes, values 10^6 times larger at the end
 
 def run(cache_dir, *calls):

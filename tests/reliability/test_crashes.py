@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from reliability_helpers import ROOT
+from reliability_helpers import ROOT, WORKLOAD, dead_pid
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 
@@ -20,12 +20,7 @@ import inspect, os, sys
 import torch, ollie
 fast = {"inductor": False} if "inductor" in inspect.signature(ollie.optimize).parameters else {}
 
-def fn(a, b, c):
-    return torch.relu((a @ b) @ c) * 2.0
-
-g = torch.Generator().manual_seed(0)
-a, b, c = (torch.randn(64, 256, generator=g), torch.randn(256, 256, generator=g),
-           torch.randn(256, 8, generator=g))
+""" + WORKLOAD + """
 print("ready", flush=True)
 sys.stdin.readline()                            # "go": imports are done before the clock
 f = ollie.optimize(fn, cache_dir=sys.argv[1], budget_s=1.0, progress=False, **fast)
@@ -107,7 +102,7 @@ def test_sigkill_while_compiling_then_a_run_is_correct(tmp_path):
         tries += 1
     assert killed >= 3, f"only {killed} of {tries} tries were killed while compiling"
     # A kill lands inside a write only now and then: plant what one leaves, in both folders.
-    dead = _dead_pid()
+    dead = dead_pid()
     planted = [cache_dir / "results" / f".{'ab' * 32}.{dead}.x1y2.tmp",
                cache_dir / f".tuned_model.{dead}.z3.tmp"]
     for f in planted:
@@ -123,18 +118,6 @@ def test_sigkill_while_compiling_then_a_run_is_correct(tmp_path):
     assert not leftovers, f"dead writers' files left: {leftovers}"
     info = cache.info()  # every file is readable or ignored, none raises
     assert info.get("refused") is None and info["temporary"] == 0
-
-
-def _dead_pid() -> int:
-    pid = 2 ** 22 - 7
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return pid
-        except OSError:
-            pass
-        pid -= 1
 
 
 def test_three_processes_compiling_the_same_function_at_once(tmp_path):
