@@ -19,16 +19,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import warnings
 
 import torch
 
-from ollie import progress
-from ollie.capture import graph_pass
+from ollie import cache, log, progress
+from ollie.capture import eager_or_compiled, graph_pass
+from ollie.capture.report import graph_line
+from ollie.log import first_line
 from ollie.options import Options
 
 # Random ops draw exactly as in eager mode (dropout under a fixed seed gives eager's mask).
 INDUCTOR_CONFIG = {"fallback_random": True}
+
+# Dynamo's own control flow, raised through a backend on purpose: it restarts the analysis
+# (a scalar to tensorify, a speculation to undo) or skips the frame. Never caught here.
+DYNAMO_CONTROL = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame)
 
 
 class OllieWarning(UserWarning):
@@ -41,7 +48,7 @@ class OllieBackend:
     def __init__(self, options: Options | None = None):
         self.options = options or Options()
         self.reports: list[graph_pass.GraphReport] = []
-        self.notes: list[str] = []      # graphs left entirely to eager PyTorch, and why
+        self.notes: list[str] = []      # what runs a whole Dynamo graph when not Ollie, and why
         self.graphs = 0                 # graphs Dynamo handed over
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
@@ -50,15 +57,61 @@ class OllieBackend:
         reason = _unsupported(example_inputs)
         if reason:
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
+        if self.options.inductor:
+            stored = self._stored_choice(gm, example_inputs)
+            if stored is not None and stored.runs == eager_or_compiled.EAGER:
+                self._note(stored.describe(number))  # no compile: eager won before
+                return gm.forward
         try:
-            if self.options.inductor:
-                return _compile_with_inductor(gm, example_inputs,
+            if not self.options.inductor:
+                return _compile_without_inductor(gm, example_inputs,
+                                                 functools.partial(self._plain, number))
+            compiled = _compile_with_inductor(gm, example_inputs,
                                               functools.partial(self._inner, number))
-            return _compile_without_inductor(gm, example_inputs,
-                                             functools.partial(self._plain, number))
+        except DYNAMO_CONTROL:  # Dynamo's own control flow (restart the analysis, skip)
+            raise
+        except Exception as e:  # Ollie failed: Inductor's compile of the original graph
+            return self._inductor_alone(gm, example_inputs, number, e)
+        return self._faster_of_eager(gm, compiled, example_inputs, number, stored)
+
+    def _inductor_alone(self, gm, example_inputs, number: int, error: Exception):
+        try:
+            compiled = _compile_with_inductor(gm, example_inputs, None)
+        except DYNAMO_CONTROL:
+            raise
         except Exception as e:  # a compiler failure must not break the user's program
             return self._eager(gm, f"graph {number} runs eagerly: compiling it failed: "
-                                   f"{_first_line(e)}")
+                                   f"{first_line(e)}")
+        note = f"graph {number} runs Inductor's compile of the original: Ollie failed: " \
+               f"{first_line(error)}"
+        self._note(note, warn=True)
+        return compiled
+
+    def _stored_choice(self, gm, example_inputs):
+        if not (self.options.cache and eager_or_compiled.is_inference(example_inputs)):
+            return None
+        store = cache.Cache(self.options.cache_dir)
+        return eager_or_compiled.stored(store, eager_or_compiled.key(gm, example_inputs))
+
+    def _faster_of_eager(self, gm, compiled, example_inputs, number: int, stored):
+        """``compiled``, or the graph itself where eager library calls run faster."""
+        if stored is not None:
+            choice = stored
+        elif not eager_or_compiled.is_inference(example_inputs):
+            return compiled
+        else:
+            store = cache.Cache(self.options.cache_dir) if self.options.cache else None
+            try:
+                with _real_computation():
+                    choice = eager_or_compiled.choose(
+                        gm, compiled, example_inputs, self.options.measure_cap_s, store,
+                        eager_or_compiled.key(gm, example_inputs))
+            except DYNAMO_CONTROL:
+                raise
+            except Exception:  # the graph does not run on sample data: keep the compile
+                return compiled
+        self._note(choice.describe(number))
+        return gm.forward if choice.runs == eager_or_compiled.EAGER else compiled
 
     # -- AOTAutograd's compilers -------------------------------------------------------------
     def _inner(self, number: int, gm, example_inputs, **kwargs):
@@ -69,6 +122,7 @@ class OllieBackend:
         decompositions = kwargs.get("get_decomp_fn", _decompositions)()
         new, report = self._rewrite(gm, example_inputs, title, decompositions)
         if new is None:
+            self._announce(report)
             return compile_fx_inner(gm, example_inputs, **kwargs)
         key = graph_pass.comparison_key(gm, example_inputs, report)
         stored = graph_pass.stored_comparison(key, report, self.options)
@@ -104,22 +158,38 @@ class OllieBackend:
             with _real_computation(), progress.progress(self.options.progress) as show:
                 new, report = graph_pass.rewrite_graph(gm, example_inputs, self.options, title,
                                                        decompositions, show)
+        except DYNAMO_CONTROL:
+            raise
         except Exception as e:  # an Ollie bug must not break the user's program
             new, report = None, graph_pass.GraphReport(
-                title, note=f"Ollie failed on this graph, left as it is: {_first_line(e)}")
+                title, note=f"Ollie failed on this graph, left as it is: {first_line(e)}")
             warnings.warn(f"ollie: {title}: {report.note}", OllieWarning, stacklevel=2)
         self.reports.append(report)
         return new, report
 
     def _announce(self, report) -> None:
-        if self.options.verbose:
-            for r in report.regions:
-                print(r.summary())
+        """One line per region (DEBUG) and per graph (INFO) to the ``ollie`` log; printed
+        too with ``verbose``."""
+        lines = [(logging.DEBUG, r.summary()) for r in report.regions]
+        lines.append((logging.INFO, f"ollie: {graph_line(report)}"))
+        for level, line in lines:
+            log.log.log(level, "%s", line)
+            if self.options.verbose:
+                print(line)
 
     def _eager(self, gm, note: str):
-        self.notes.append(note)
-        warnings.warn(f"ollie: {note}", OllieWarning, stacklevel=3)
+        self._note(note, warn=True)
         return gm.forward
+
+    def _note(self, note: str, warn: bool = False) -> None:
+        """A whole Dynamo graph's fate: kept for ``explain``, logged, and (``warn``, when
+        Ollie or a compiler failed) an ``OllieWarning``."""
+        self.notes.append(note)
+        log.log.info("ollie: %s", note)
+        if self.options.verbose:
+            print(f"ollie: {note}")
+        if warn:
+            warnings.warn(f"ollie: {note}", OllieWarning, stacklevel=4)
 
 
 @contextlib.contextmanager
@@ -140,6 +210,8 @@ def _compile_with_inductor(gm, example_inputs, inner):
     # AOTAutograd's cache key does not see inner_compile: it would hand Inductor's artifact
     # to Ollie (or Ollie's to Inductor). Inductor's own FX-graph cache, keyed on the graph it
     # compiles (rewritten or not), stays on.
+    if inner is None:  # Inductor alone: its caches work as for torch.compile
+        return compile_fx(gm, example_inputs, config_patches=INDUCTOR_CONFIG)
     with functorch_config.patch(enable_autograd_cache=False):
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=INDUCTOR_CONFIG)
 
@@ -196,11 +268,6 @@ def _unsupported(example_inputs) -> str | None:
     return None
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def ollie(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """The registered backend: ``torch.compile(f, backend="ollie", options={...})``."""
     return OllieBackend(Options.from_dict(options))(gm, example_inputs)
@@ -214,3 +281,6 @@ def register() -> None:
 
     if "ollie" not in _COMPILER_FNS and _BACKENDS.get("ollie") is None:
         register_backend(ollie, name="ollie")
+
+
+log.register()

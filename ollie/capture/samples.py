@@ -1,0 +1,39 @@
+"""Real sample inputs shaped like a graph's (fake) example inputs.
+
+Ollie measures and checks ATen graphs, never user code, so it needs data of the graph's
+shapes, strides and dtypes. A symbolic size (Dynamo's SymInt, once a size has varied) is
+sampled at its hint, the size of the call that compiled the graph, without adding a guard.
+"""
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+
+def concrete(value):
+    """An int for a SymInt (its hint), a float for a SymFloat; anything else as it is."""
+    if isinstance(value, torch.SymInt):
+        return optimization_hint(value, fallback=8)  # an unbacked size has no hint
+    if isinstance(value, torch.SymFloat):
+        return float(value.node.hint) if value.node.hint is not None else 1.0
+    return value
+
+
+def sample_like(example_inputs) -> list:
+    """Real inputs shaped like the example inputs: normal floats, random bools, zero
+    integers (0 is valid wherever an index is)."""
+    out = []
+    for x in example_inputs:
+        if not isinstance(x, torch.Tensor):
+            out.append(concrete(x))
+            continue
+        t = torch.empty_strided(tuple(map(concrete, x.shape)), tuple(map(concrete, x.stride())),
+                                dtype=x.dtype, device=x.device)
+        if x.dtype.is_floating_point or x.dtype.is_complex:
+            t.normal_()
+        elif x.dtype == torch.bool:
+            t.copy_(torch.rand(t.shape, device=x.device) < 0.5)
+        else:
+            t.zero_()
+        out.append(t)
+    return out

@@ -1,0 +1,142 @@
+"""What runs a Dynamo graph when Ollie has nothing better: Inductor's compile or eager library
+calls (the faster, stored in the cache), Inductor's compile when Ollie fails, Dynamo's own
+control flow passed through, and the ``ollie`` log."""
+import logging
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import ollie
+from ollie.capture import backend as backend_mod
+from ollie.capture import eager_or_compiled
+from ollie.cost import measure
+
+
+def elementwise(a, b):
+    return torch.tanh(a) * b + 1
+
+
+def args():
+    torch.manual_seed(0)
+    return torch.randn(32, 32), torch.randn(32, 32)
+
+
+def timing(compiled_s, eager_s):
+    """A comparison whose baseline (compiled) and challenger (eager) took these times."""
+    return measure.Comparison(compiled_s, eager_s, compiled_s, eager_s, compiled_s / eager_s,
+                              0.0, 5)
+
+
+def compile_with(backend, fn=elementwise):
+    return torch.compile(fn, backend=backend)
+
+
+def test_eager_library_calls_run_where_they_measured_faster(monkeypatch):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    with torch.no_grad():
+        assert torch.allclose(compile_with(backend)(a, b), elementwise(a, b))
+    assert any("runs eagerly (library calls)" in n for n in backend.notes), backend.notes
+
+
+def test_the_compiled_graph_runs_where_eager_is_not_clearly_faster(monkeypatch):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-3, 0.99e-3))
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    with torch.no_grad():
+        compile_with(backend)(*args())
+    assert any("runs Inductor's compile" in n for n in backend.notes), backend.notes
+
+
+def test_a_stored_eager_choice_is_neither_measured_nor_compiled_again(monkeypatch):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
+    with torch.no_grad():
+        compile_with(ollie.OllieBackend(ollie.Options(measure_cap_s=0.05)))(*args())
+    torch._dynamo.reset()
+
+    def refuse(*a, **k):
+        raise AssertionError("measured or compiled again")
+
+    monkeypatch.setattr(measure, "compare", refuse)
+    monkeypatch.setattr(backend_mod, "_compile_with_inductor", refuse)
+    second = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    with torch.no_grad():
+        assert torch.allclose(compile_with(second)(a, b), elementwise(a, b))
+    assert any("stored in the disk cache" in n for n in second.notes), second.notes
+
+
+def test_training_graphs_keep_the_compiled_artifact(monkeypatch):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: pytest.fail("measured"))
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    a.requires_grad_()
+    compile_with(backend)(a, b).sum().backward()
+    assert torch.allclose(a.grad, (1 - torch.tanh(a.detach()) ** 2) * b)
+    assert not eager_or_compiled.is_inference([a])
+
+
+def test_when_ollie_fails_inductor_compiles_the_original_graph(monkeypatch):
+    real = backend_mod._compile_with_inductor
+
+    def ollie_breaks(gm, example_inputs, inner):
+        if inner is not None:
+            raise RuntimeError("an Ollie bug")
+        return real(gm, example_inputs, inner)
+
+    monkeypatch.setattr(backend_mod, "_compile_with_inductor", ollie_breaks)
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    with pytest.warns(ollie.OllieWarning, match="Inductor's compile of the original.*an Ollie bug"):
+        out = compile_with(backend)(a, b)
+    assert torch.allclose(out, elementwise(a, b))
+    assert not any("runs eagerly" in n for n in backend.notes), backend.notes
+
+
+def test_dynamo_restarts_pass_through_the_backend(monkeypatch):
+    """Dynamo raises its control exceptions through a backend to restart the analysis;
+    catching them (as a compile failure) would leave the graph to eager."""
+    real = backend_mod._compile_with_inductor
+    raised = []
+
+    def restart_once(gm, example_inputs, inner):
+        if not raised:
+            raised.append(True)
+            raise torch._dynamo.exc.TensorifyScalarRestartAnalysis()
+        return real(gm, example_inputs, inner)
+
+    monkeypatch.setattr(backend_mod, "_compile_with_inductor", restart_once)
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ollie.OllieWarning)
+        out = compile_with(backend)(a, b)
+    assert torch.allclose(out, elementwise(a, b))
+    assert raised and backend.graphs == 2, backend.notes
+
+
+def test_decisions_go_to_the_ollie_log(caplog):
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a = torch.randn(64, 128)
+    b, c = torch.randn(128, 128), torch.randn(128, 4)
+    with caplog.at_level(logging.DEBUG, logger="ollie"):
+        compile_with(backend, lambda a, b, c: (a @ b) @ c)(a, b, c)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ollie"]
+    assert any(line.startswith("ollie: region ") for line in lines), lines
+    assert any("graph 1:" in line and "regions rewritten" in line for line in lines), lines
+
+
+def test_torch_logs_turns_the_ollie_log_on():
+    script = ("import torch\n"
+              "f = torch.compile(lambda a, b: (a @ b).relu(), backend='ollie',\n"
+              "                  options={'measure_cap_s': 0.05})\n"
+              "f(torch.randn(8, 8), torch.randn(8, 8))\n")
+    env = {**os.environ, "TORCH_LOGS": "+ollie"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-1500:]
+    assert "ollie: inference graph 1:" in result.stderr, result.stderr[-1500:]
