@@ -17,7 +17,8 @@ import torch.fx as fx
 from ollie import cache, cache_entry, region as region_mod
 from ollie.cost import measure
 from ollie.capture import regions as regions_mod
-from ollie.capture import rewrite
+from ollie.capture import rewrite, symbolic
+from ollie.capture.samples import concrete, sample_like
 from ollie.numerics import max_relative_error, tolerance
 
 ADOPTION_MARGIN = region_mod.ADOPTION_MARGIN
@@ -37,25 +38,6 @@ class GraphReport:
     @property
     def adopted_regions(self) -> list:
         return [r for r in self.regions if r.kernel is not None]
-
-
-def sample_like(example_inputs) -> list:
-    """Real inputs shaped like the (fake) example inputs: normal floats, small integers."""
-    out = []
-    for x in example_inputs:
-        if not isinstance(x, torch.Tensor):
-            out.append(x)
-            continue
-        t = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype,
-                                device=x.device)
-        if x.dtype.is_floating_point or x.dtype.is_complex:
-            t.normal_()
-        elif x.dtype == torch.bool:
-            t.copy_(torch.rand(x.shape, device=x.device) < 0.5)
-        else:
-            t.zero_()  # indices: 0 is valid wherever an index is
-        out.append(t)
-    return out
 
 
 class _Recorder(fx.Interpreter):
@@ -83,11 +65,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                   decompositions: dict, show) -> tuple[fx.GraphModule | None, GraphReport]:
     """The rewritten copy of ``gm`` (None when no region was adopted) and the report."""
     report = GraphReport(title)
-    if any(isinstance(x, (torch.SymInt, torch.SymFloat)) for x in example_inputs) or any(
-            isinstance(d, torch.SymInt) for x in example_inputs if isinstance(x, torch.Tensor)
-            for d in x.shape):
-        report.note = "dynamic shapes: Ollie derives for static shapes (use dynamic=False)"
-        return None, report
+    dynamic = symbolic.has_symbolic_sizes(example_inputs)
     translation = regions_mod.translate(gm)
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     chosen = []
@@ -120,7 +98,11 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     for region, rr in adopted:
         kernel = rr.kernel
         operands = [values[region.inputs[name]] for name in kernel.input_names]
-        traced = rewrite.trace_kernel(kernel, operands, region.root.meta["val"], decompositions)
+        try:
+            traced = _trace(region, kernel, operands, decompositions, dynamic)
+        except symbolic.SizeSpecific as e:
+            rr.kernel, rr.decision = None, f"kept: {e}"
+            continue
         # What runs is the traced graph, so it is what is checked (a kernel whose work the
         # trace cannot see, such as a raw Triton launch, would leave its output unwritten).
         with torch.no_grad():
@@ -129,6 +111,13 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
             rr.kernel = None
             rr.decision = f"kept: the program traced into ATen differs (error {error:.2e})"
             continue
+        if dynamic:
+            try:
+                symbolic.check_other_size(region, traced, kernel.input_names,
+                                          _shape_env(example_inputs))
+            except symbolic.SizeSpecific as e:
+                rr.kernel, rr.decision = None, f"kept: {e}"
+                continue
         rewrite.splice(new, mapping[region.root],
                        [mapping[region.inputs[name]] for name in kernel.input_names], traced)
         spliced += 1
@@ -136,6 +125,26 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
         return None, report
     rewrite.finish(new, example_inputs)
     return new, report
+
+
+def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool):
+    """The kernel's ATen graph, laid out like the value it replaces; symbolic in the sizes
+    that are symbolic in the graph (``SizeSpecific`` when the kernel fixes one)."""
+    like = region.root.meta["val"]
+    if not dynamic:
+        return rewrite.trace_kernel(kernel, operands, like, decompositions)
+    like = torch.empty_strided([concrete(d) for d in like.shape],
+                               [concrete(d) for d in like.stride()], dtype=like.dtype)
+    metas = [region.inputs[name].meta["val"] for name in kernel.input_names]
+    fakes, env = symbolic.fake_inputs(operands, metas)
+    traced = rewrite.trace_kernel(kernel, operands, like, decompositions, fakes)
+    symbolic.refuse_specialised(env)
+    return traced
+
+
+def _shape_env(example_inputs):
+    from torch._guards import detect_fake_mode
+    return detect_fake_mode(example_inputs).shape_env
 
 
 def stored_comparison(key: str, report: GraphReport, options) -> bool | None:

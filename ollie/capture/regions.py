@@ -18,6 +18,7 @@ import ir
 import ir.analysis
 from derivations.normalize import inline_views
 from ollie.capture import aten
+from ollie.capture.samples import concrete
 
 
 class Unsupported(Exception):
@@ -49,12 +50,12 @@ def value_meta(node: fx.Node):
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return None
-    return tuple(int(d) for d in val.shape), val.dtype
+    return tuple(concrete(d) for d in val.shape), val.dtype  # symbolic sizes at their hints
 
 
 def translate(gm: fx.GraphModule, compose_shared: bool = False) -> Translation:
-    """Compose the translatable nodes of ``gm`` (static shapes, ``meta["val"]`` set) into
-    regions. With ``compose_shared``, a node read by several translated nodes is composed
+    """Compose the translatable nodes of ``gm`` (``meta["val"]`` set; symbolic sizes are
+    translated at their hints, ``ollie.capture.symbolic`` emits them) into regions. With ``compose_shared``, a node read by several translated nodes is composed
     into each (one shared scope) instead of becoming a region of its own: right for one
     expression, wrong for a graph whose regions are compiled apart (it would run twice)."""
     forced: set[fx.Node] = set()
@@ -91,6 +92,8 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
         folded: list[fx.Node] = []
 
         def operand(a):
+            if isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.SymInt):
+                return concrete(a.meta["val"])  # a size read from the graph, at its hint
             if isinstance(a, fx.Node):
                 if a in exprs and not materialised(a):
                     folded.extend(members[a])
@@ -106,9 +109,7 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
                 return ir.Tensor(a.name, shape, aten.DTYPES[dtype])
             if isinstance(a, (list, tuple)):
                 return type(a)(operand(x) for x in a)
-            if isinstance(a, (torch.SymInt, torch.SymFloat)):
-                raise Unsupported("dynamic shapes")
-            return a
+            return concrete(a)
 
         try:
             meta = value_meta(node)
@@ -180,7 +181,7 @@ def _offset_from_first_element(node: fx.Node, args: list, kwargs: dict):
         raise Unsupported("as_strided of a non-contiguous tensor")
     params = dict(zip(("self", "size", "stride", "storage_offset"), args), **kwargs)
     absolute = params.get("storage_offset")
-    offset = 0 if absolute is None else int(absolute) - int(val.storage_offset())
+    offset = 0 if absolute is None else concrete(absolute) - concrete(val.storage_offset())
     return [params["self"], params["size"], params["stride"], offset], {}
 
 

@@ -27,15 +27,24 @@ def copy_graph(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict[fx.Node, fx.Nod
     return new, mapping
 
 
-def with_layout(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``out`` with ``like``'s strides when ``like`` is dense (a permutation of a contiguous
-    layout), else contiguous: a layout every view of the original also accepts."""
+def layout_order(out: torch.Tensor, like: torch.Tensor) -> list[int] | None:
+    """How ``out`` gets ``like``'s layout: None when it has it, else the dim order (outermost
+    first) to make it dense in -- ``like``'s when ``like`` is dense (a permutation of a
+    contiguous layout), else row-major, a layout every view of the original also accepts.
+    Decided on concrete tensors, so that a symbolic trace compares no sizes."""
     if same_layout(out, like):
-        return out
-    order = sorted(range(like.dim()), key=lambda d: -like.stride(d))  # outermost first
+        return None
+    order = sorted(range(like.dim()), key=lambda d: -like.stride(d))
     inverse = [order.index(d) for d in range(like.dim())]
     dense = out.permute(order).contiguous().permute(inverse)
-    return dense if same_layout(dense, like) else out.contiguous()
+    return order if same_layout(dense, like) else list(range(like.dim()))
+
+
+def relayout(out: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    if order is None:
+        return out
+    inverse = [order.index(d) for d in range(len(order))]
+    return out.permute(order).contiguous().permute(inverse)
 
 
 def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -45,12 +54,17 @@ def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def trace_kernel(kernel, inputs: list[torch.Tensor], like: torch.Tensor,
-                 decompositions: dict) -> fx.GraphModule:
-    """The ATen graph of ``kernel`` (its inputs in ``kernel.input_names`` order)."""
-    def program(*xs):
-        return with_layout(kernel(*xs), like)
+                 decompositions: dict, fake_inputs: list | None = None) -> fx.GraphModule:
+    """The ATen graph of ``kernel`` (its inputs in ``kernel.input_names`` order), its output
+    laid out like ``like`` (a concrete tensor of the value it replaces); traced on
+    ``fake_inputs`` (symbolic sizes) when given, else on ``inputs``."""
     with torch.no_grad():
-        return make_fx(program, decomposition_table=decompositions)(*inputs)
+        order = layout_order(kernel(*inputs), like)
+
+    def program(*xs):
+        return relayout(kernel(*xs), order)
+    with torch.no_grad():
+        return make_fx(program, decomposition_table=decompositions)(*(fake_inputs or inputs))
 
 
 def splice(gm: fx.GraphModule, root: fx.Node, inputs: list[fx.Node],

@@ -275,11 +275,16 @@ def test_backend_name_works_in_a_fresh_process(first):
     assert result.returncode == 0, result.stderr[-1500:]
 
 
-def test_dynamic_shapes_are_left_to_inductor_with_a_reason():
+def test_a_rewrite_derived_once_serves_every_size_of_a_dynamic_graph(monkeypatch):
     backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
     compiled = torch.compile(chain, backend=backend)  # dynamic=None: the 2nd shape is symbolic
-    for m in (64, 96, 128):
-        a, b, c = chain_args(m, 32, 4)
-        assert torch.allclose(compiled(a, b, c), chain(a, b, c), atol=1e-4)
-    notes = [r.note or "" for r in backend.reports]
-    assert any("dynamic shapes" in n for n in notes), notes
+    for m in (256, 320):  # static, then symbolic
+        a, b, c = chain_args(m, 512, 4)
+        assert torch.allclose(compiled(a, b, c), chain(a, b, c), rtol=1e-4, atol=1e-3)
+    assert len(backend.reports) == 2 and backend.reports[1].adopted, \
+        [r.note for r in backend.reports]
+    monkeypatch.setattr(region_mod, "compile_region", lambda *a, **k: pytest.fail("derived"))
+    for m in (100, 700, 33):  # no recompile, no derivation, right numbers
+        a, b, c = chain_args(m, 512, 4)
+        assert torch.allclose(compiled(a, b, c), chain(a, b, c), rtol=1e-4, atol=1e-3)
+    assert backend.graphs == 2

@@ -1,0 +1,118 @@
+"""Rewrites for graphs whose sizes are symbolic: one derivation serves every size.
+
+Once a size varies, Dynamo recompiles with it symbolic (a SymInt) and hands Ollie one graph
+for every size. Ollie's derivations are identities for every size; only the lowering of a
+chosen program is written at concrete sizes. So a region is translated, derived, checked and
+measured at the sizes of the call that compiled the graph (the hints), and its program is
+then emitted symbolically:
+
+1. the lowered program is traced on fake inputs whose dims are symbolic exactly where the
+   region's inputs are, each in a fresh ``ShapeEnv``: a program that fixed a size (a reshape
+   to a literal, an index array of one length) adds a guard there and is refused, so the
+   graph is never specialised behind the user's back;
+2. the traced graph is checked numerically at a second size against the region's original
+   nodes (an index array that fits only the hint would fail here);
+3. only then is it spliced in, and Inductor compiles one graph for every size.
+
+A region that fails either check keeps its original nodes, and the report says why.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ollie.numerics import max_relative_error, tolerance
+from ollie.region import run_node
+
+
+class SizeSpecific(Exception):
+    """The lowered program holds only at the sizes it was derived at."""
+
+
+def has_symbolic_sizes(example_inputs) -> bool:
+    return any(isinstance(x, (torch.SymInt, torch.SymFloat)) for x in example_inputs) or any(
+        _symbolic(d) for x in example_inputs if isinstance(x, torch.Tensor) for d in x.shape)
+
+
+def _symbolic(d) -> bool:
+    return isinstance(d, torch.SymInt) and not isinstance(d.node.expr, sympy.Integer)
+
+
+def fake_inputs(reals: list[torch.Tensor], metas: list[torch.Tensor]):
+    """Fake copies of ``reals`` in a fresh ShapeEnv, a dim symbolic where ``metas`` (the
+    graph's values) has a symbolic size; and that ShapeEnv."""
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    fakes = []
+    for real, meta in zip(reals, metas):
+        dims = [DimDynamic.DYNAMIC if _symbolic(d) else DimDynamic.STATIC for d in meta.shape]
+        context = StatelessSymbolicContext(dynamic_sizes=dims, constraint_sizes=[None] * len(dims))
+        fakes.append(mode.from_tensor(real, symbolic_context=context))
+    return fakes, env
+
+
+def refuse_specialised(env: ShapeEnv) -> None:
+    """Raise ``SizeSpecific`` when tracing fixed or related a symbolic size."""
+    if env.guards or env.replacements:
+        raise SizeSpecific("the derived program is specific to these sizes "
+                           f"({len(env.guards)} size guard(s) while tracing it)")
+
+
+def other_sizes(metas: list, shape_env: ShapeEnv, step: int) -> dict:
+    """A second value for every size symbol of ``metas``: its hint plus ``step``."""
+    symbols = {s for m in metas for d in _sizes(m) if isinstance(d, torch.SymInt)
+               for s in d.node.expr.free_symbols}
+    hints = shape_env.backed_var_to_val
+    return {s: int(hints[s]) + step for s in symbols if s in hints}
+
+
+def _sizes(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return list(value.shape) + list(value.stride())
+    return [value] if isinstance(value, torch.SymInt) else []
+
+
+def at(value, sizes: dict) -> int:
+    """A size (an int or a SymInt) at the symbol values ``sizes``."""
+    if not isinstance(value, torch.SymInt):
+        return value
+    return int(value.node.expr.xreplace({s: sympy.Integer(v) for s, v in sizes.items()}))
+
+
+def sample_at(meta: torch.Tensor, sizes: dict) -> torch.Tensor:
+    """Normal samples shaped like ``meta`` (dense, in its dim order) at ``sizes``."""
+    shape = [at(d, sizes) for d in meta.shape]
+    t = torch.randn(shape, dtype=meta.dtype) if meta.dtype.is_floating_point else \
+        torch.zeros(shape, dtype=meta.dtype)
+    return t
+
+
+def check_other_size(region, traced: fx.GraphModule, input_names, shape_env: ShapeEnv) -> None:
+    """Run ``traced`` and the region's original nodes at a second size; raise
+    ``SizeSpecific`` when they disagree or the original does not run there."""
+    metas = [region.inputs[n].meta["val"] for n in input_names]
+    for step in (1, 2, 4):  # sizes the graph admits (divisibility, bounds): try a few
+        sizes = other_sizes(metas + [region.root.meta["val"]], shape_env, step)
+        env = {region.inputs[n]: sample_at(m, sizes) for n, m in zip(input_names, metas)}
+        try:
+            with torch.no_grad():
+                for m in region.members:
+                    for a in m.all_input_nodes:  # a size the graph reads (sym_size)
+                        env.setdefault(a, at(a.meta["val"], sizes))
+                    env[m] = run_node(m, env)
+        except Exception:
+            continue
+        expected = env[region.root]
+        try:
+            with torch.no_grad():
+                got = traced(*[env[region.inputs[n]] for n in input_names])
+        except Exception as e:
+            raise SizeSpecific(f"the derived program fails at another size: {e}") from None
+        error = max_relative_error(got, expected)
+        if not error <= tolerance(expected.dtype):
+            raise SizeSpecific(f"the derived program differs at another size (error {error:.2e})")
+        return
+    raise SizeSpecific("no second size to check the derived program at")

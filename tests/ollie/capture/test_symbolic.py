@@ -1,0 +1,60 @@
+"""Rewrites of graphs with symbolic sizes: a lowered program is emitted for every size only
+when its trace fixes no size and it matches the original at a second size."""
+import pytest
+import torch
+
+from ollie.capture import rewrite, symbolic
+
+
+class Kernel:
+    """A lowered program as the codegen hands it over: a callable with input names."""
+
+    def __init__(self, fn):
+        self.fn, self.input_names = fn, ["a", "b"]
+
+    def __call__(self, *xs):
+        return self.fn(*xs)
+
+
+def symbolic_rows(m=256, k=64):
+    """Concrete operands, and the graph's view of them: the rows of ``a`` symbolic."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    a, b = torch.randn(m, k), torch.randn(k, 8)
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    graph_a = mode.from_tensor(a, symbolic_context=symbolic.StatelessSymbolicContext(
+        dynamic_sizes=[symbolic.DimDynamic.DYNAMIC, symbolic.DimDynamic.STATIC],
+        constraint_sizes=[None, None]))
+    return [a, b], [graph_a, mode.from_tensor(b, static_shapes=True)]
+
+
+def trace(fn):
+    reals, metas = symbolic_rows()
+    fakes, env = symbolic.fake_inputs(reals, metas)
+    like = fn(*reals)
+    return rewrite.trace_kernel(Kernel(fn), reals, like, {}, fakes), env
+
+
+def test_a_size_generic_program_traces_symbolically():
+    traced, env = trace(lambda a, b: torch.mm(a, b).relu())
+    symbolic.refuse_specialised(env)  # nothing fixed
+    out = [n for n in traced.graph.nodes if n.op == "output"][0].args[0]
+    assert isinstance(out.meta["val"].shape[0], torch.SymInt)
+    a, b = torch.randn(37, 64), torch.randn(64, 8)  # and it runs at any row count
+    assert torch.allclose(traced(a, b), (a @ b).relu())
+
+
+def test_a_program_with_a_literal_size_is_refused():
+    traced, env = trace(lambda a, b: torch.mm(a, b).reshape(256 * 8))
+    with pytest.raises(symbolic.SizeSpecific, match="specific to these sizes"):
+        symbolic.refuse_specialised(env)
+
+
+def test_only_the_graphs_symbolic_dims_are_symbolic_in_the_trace():
+    reals, metas = symbolic_rows()
+    fakes, _ = symbolic.fake_inputs(reals, metas)
+    assert isinstance(fakes[0].shape[0], torch.SymInt)
+    assert [type(d) for d in fakes[0].shape[1:]] == [int]
+    assert all(type(d) is int for d in fakes[1].shape)
+    assert symbolic.has_symbolic_sizes(metas) and not symbolic.has_symbolic_sizes(reals)
