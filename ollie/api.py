@@ -4,8 +4,11 @@
     def f(a, b, c):
         return (a @ b) @ c
 
-is ``torch.compile(f, backend=OllieBackend(options), dynamic=False)`` plus ``f.explain()``.
-Shapes are static (Ollie derives per shape; a new shape recompiles, as Dynamo's guards say).
+is ``torch.compile(f, backend=OllieBackend(options))`` plus ``f.explain()``, with
+torch.compile's defaults: the first call compiles for its shapes, and a size that changes makes
+Dynamo recompile with that size symbolic (``dynamic=`` and ``torch._dynamo.mark_dynamic`` are
+respected). Nothing is added to the call path: ``dynamic=False`` would wrap every call in a
+configuration patch (about 14 µs a call here).
 An ``nn.Module`` gives back the compiled module (``torch.compile``'s ``OptimizedModule``) with
 an ``explain`` attribute, so ``.parameters()``, ``.train()`` and state dicts keep working.
 """
@@ -51,12 +54,12 @@ class _GraphBreaks:
 class OptimizedFunction:
     """``fn`` compiled by ``torch.compile`` with an Ollie backend of its own."""
 
-    def __init__(self, fn: Callable, options: Options):
+    def __init__(self, fn: Callable, options: Options, dynamic: bool | None = None):
         self.fn = fn
         self.options = options
         self.backend = OllieBackend(options)
         self.breaks = _GraphBreaks()
-        self._compiled = torch.compile(fn, backend=self.backend, dynamic=False)
+        self._compiled = torch.compile(fn, backend=self.backend, dynamic=dynamic)
         functools.update_wrapper(self, fn, updated=())
         self.__name__ = _name(fn)
 
@@ -83,7 +86,8 @@ class OptimizedFunction:
 def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: bool = True,
              budget_s: float = 2.0, max_nodes: int = 20_000, candidates: int = 4,
              measure_cap_s: float = 0.5, cache: bool = True, cache_dir: str | None = None,
-             verbose: bool = False, progress: bool | str = "auto"):
+             verbose: bool = False, progress: bool | str = "auto",
+             dynamic: bool | None = None):
     """Optimize a torch function or ``nn.Module``; use bare (``@optimize``) or with options.
 
     backend: codegen for derived programs: "auto" (torch code; Triton measured too on a GPU),
@@ -93,29 +97,33 @@ def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: boo
     candidates / measure_cap_s: how many derived programs are measured, seconds each.
     cache / cache_dir: the persistent decision cache (default $OLLIE_CACHE_DIR or per user).
     progress: a progress line while deriving and measuring ("auto": if stderr is a terminal).
-    verbose: print each region's decision.
+    verbose: print each region's decision (the ``ollie`` log, ``TORCH_LOGS="+ollie"``).
+    dynamic: as torch.compile's (None: a size that varies becomes symbolic on recompile).
     """
     options = Options(backend=backend, inductor=inductor, budget_s=budget_s,
                       max_nodes=max_nodes, candidates=candidates, measure_cap_s=measure_cap_s,
                       cache=cache, cache_dir=cache_dir, verbose=verbose, progress=progress)
     register()
+    if dynamic not in (None, True, False):
+        raise ValueError(f"ollie: dynamic must be None, True or False, got {dynamic!r}")
     if fn is None:
-        return functools.partial(_wrap, options=options)
-    return _wrap(fn, options)
+        return functools.partial(_wrap, options=options, dynamic=dynamic)
+    return _wrap(fn, options, dynamic)
 
 
-def _wrap(fn, options: Options):
+def _wrap(fn, options: Options, dynamic: bool | None = None):
     if isinstance(fn, torch.nn.Module):
-        return _optimize_module(fn, options)
+        return _optimize_module(fn, options, dynamic)
     if not callable(fn):
         raise TypeError(f"ollie.optimize expects a function or an nn.Module, "
                         f"got {type(fn).__name__}")
-    return OptimizedFunction(fn, options)
+    return OptimizedFunction(fn, options, dynamic)
 
 
-def _optimize_module(module: torch.nn.Module, options: Options) -> torch.nn.Module:
+def _optimize_module(module: torch.nn.Module, options: Options,
+                     dynamic: bool | None = None) -> torch.nn.Module:
     backend = OllieBackend(options)
-    compiled = torch.compile(module, backend=backend, dynamic=False)
+    compiled = torch.compile(module, backend=backend, dynamic=dynamic)
     breaks = _GraphBreaks()
     state = {}
 

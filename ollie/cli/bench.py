@@ -3,6 +3,9 @@
 For each case: build the three callables, warm each up (torch.compile compiles and Ollie
 derives here; neither is timed), check the outputs against eager, then time the three in
 interleaved rounds so that they see the same machine state, and report medians and ratios.
+Each compiled variant is compiled from its own copy of the function's code object (Dynamo
+keeps one cache per code object), and the noise control is a second torch.compile of a
+third copy.
 """
 from __future__ import annotations
 
@@ -41,13 +44,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-s", type=positive_float, default=2.0,
                    help="Ollie's derivation budget")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
-    p.add_argument("--suite", choices=("cpu", "gpu"), default="cpu",
-                   help="cpu: the built-in suite (default); gpu: EinNet's operators at "
-                   "EinNet's sizes on a CUDA device, against max-autotune, with a roofline")
+    p.add_argument("--suite", choices=("cpu", "kernels", "gpu"), default="cpu",
+                   help="cpu: the built-in suite (default); kernels: one-line kernels and a "
+                   "DCGAN generator, where Ollie should cost nothing; gpu: EinNet's operators "
+                   "at EinNet's sizes on a CUDA device, against max-autotune, with a roofline")
 
 
-def _case_list(text: str) -> "list[Case]":
-    from ollie.cli.bench_suite import BY_NAME
+def _case_list(text: str, suite: str = "cpu") -> "list[Case]":
+    if suite == "kernels":
+        from ollie.cli.bench_kernels import BY_NAME
+    else:
+        from ollie.cli.bench_suite import BY_NAME
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in BY_NAME]
@@ -67,6 +74,20 @@ def _ollie_plan(optimized) -> str:
     """What runs, graph by graph (``ollie.capture.report.summary``)."""
     from ollie.capture.report import summary
     return summary(optimized.backend)
+
+
+def own_code(fn: Callable) -> Callable:
+    """``fn`` with a copy of its code object of its own. Dynamo keeps one cache per code
+    object: two backends compiling one function would make every call of either walk the
+    other's guards first (tens of µs), so each compiled variant gets its own copy."""
+    import types
+
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    return copy
 
 
 def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
@@ -108,12 +129,16 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     if use_compile:
         t0 = time.perf_counter()
         try:
-            compiled = torch.compile(fn)
+            compiled = torch.compile(own_code(fn))
             with torch.no_grad():
                 out = compiled(*args)
             row["compile_error"] = max_relative_error(out, expected)
+            # noise control: torch.compile again, from a code object of its own
+            compiled_copy = torch.compile(own_code(fn))
+            with torch.no_grad():
+                compiled_copy(*args)
             variants["compile"] = lambda: compiled(*args)
-            variants["compile_copy"] = lambda: compiled(*args)  # noise control: same code
+            variants["compile_copy"] = lambda: compiled_copy(*args)
             row["compile_note"] = ""
         except Exception as e:  # compile failing is a result, not a crash
             row["compile_note"] = f"failed: {_first_line(e)}"
@@ -121,7 +146,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     else:
         row["compile_note"] = "skipped"
 
-    optimized = ollie.optimize(fn, budget_s=budget_s)
+    optimized = ollie.optimize(own_code(fn), budget_s=budget_s)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -222,12 +247,16 @@ def run(args, out=None) -> int:
         from ollie.cli import bench_gpu_run
         args.cases_text = args.cases
         return bench_gpu_run.run(args, out)
+    suite = getattr(args, "suite", "cpu")
     if isinstance(args.cases, str):
         try:
-            args.cases = _case_list(args.cases)
+            args.cases = _case_list(args.cases, suite)
         except argparse.ArgumentTypeError as e:
             raise UsageError(str(e)) from None
-    from ollie.cli.bench_suite import CASES
+    if suite == "kernels":
+        from ollie.cli.bench_kernels import KERNELS as CASES
+    else:
+        from ollie.cli.bench_suite import CASES
 
     cases = args.cases or CASES
     if not args.no_compile:

@@ -13,10 +13,6 @@ import os
 import sys
 import warnings
 
-# Before torch loads: spin-waiting OpenMP threads make side-by-side timings meaningless on a
-# shared machine (the command measures; a user's own program sets what it likes).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 from ollie.cli import args as cli_args
 from ollie.cli import bench as bench_cmd
 from ollie.cli import derive as derive_cli

@@ -42,3 +42,36 @@ def test_bench_table(capsys):
 @pytest.mark.parametrize("argv", [["--repeat", "0"], ["--scale", "-1"]])
 def test_bench_rejects_bad_numbers(capsys, argv):
     assert cli.main(["bench", "--cases", "matmul_sum", *argv]) == 2
+
+
+def test_every_one_line_kernel_runs_eagerly_at_a_small_scale():
+    from ollie.cli.bench_kernels import KERNELS
+    assert len(KERNELS) >= 30 and len({c.name for c in KERNELS}) == len(KERNELS)
+    for case in KERNELS:
+        fn, args = case.make(0.05)
+        assert fn(*args).numel() > 0, case.name
+
+
+def test_kernels_suite_compiles_each_variant_from_its_own_code(capsys, monkeypatch):
+    import torch
+    from ollie.cli import bench
+
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    compiled_codes = []
+    real_compile = torch.compile
+
+    def spy(fn, *a, **k):
+        compiled_codes.append(fn.__code__)
+        return real_compile(fn, *a, **k)
+
+    monkeypatch.setattr(torch, "compile", spy)
+    code = cli.main(["bench", "--json", "--suite", "kernels", "--cases", "view",
+                     "--scale", "0.05", "--repeat", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["case"] == "view" and row["match"] is True and row["noise"] is not None
+    # torch.compile twice (the baseline and its noise control) and Ollie once, each its own
+    assert len(compiled_codes) == 3 and len({id(c) for c in compiled_codes}) == 3
+    fn = bench.own_code(lambda a: a + 1)
+    assert fn(torch.ones(1)).item() == 2
