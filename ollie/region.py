@@ -23,6 +23,7 @@ from derivations.normalize import inline_views
 from ollie import cache, cache_entry, progress
 from ollie import cost as cost_model
 from ollie.cost import measure
+from ollie.log import first_line
 from ollie.numerics import max_relative_error, tolerance
 
 
@@ -182,7 +183,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         report.derive_s = time.perf_counter() - t0
         report.derivation = derivation.report
     except Exception as e:  # a derivation bug must not break the user's function
-        report.decision = f"kept: derivation failed: {_first_line(e)}"
+        report.decision = f"kept: derivation failed: {first_line(e)}"
         return
     report.candidates = candidates + second_opinion
     cheapest = min(candidates, key=lambda c: c.cost)
@@ -286,8 +287,3 @@ def run_node(node, env: dict):
 
 def _indent(text: str, n: int) -> str:
     return "\n".join(" " * n + line for line in text.splitlines())
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from ollie import cache, cache_entry, region as region_mod
 from ollie.cost import measure
+from ollie.log import first_line
 from ollie.capture import regions as regions_mod
 from ollie.capture import rewrite, symbolic
 from ollie.capture.samples import concrete, sample_like
@@ -86,7 +87,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     try:
         values = sample_values(gm, inputs, wanted)
     except Exception as e:  # the graph does not run on sampled data (data-dependent checks)
-        report.note = f"could not run the graph on sample inputs: {_first_line(e)}"
+        report.note = f"could not run the graph on sample inputs: {first_line(e)}"
         return None, report
     for region in chosen:
         report.regions.append(region_mod.compile_region(region, values, options, show=show))
@@ -193,8 +194,3 @@ def comparison_key(gm: fx.GraphModule, example_inputs, report: GraphReport) -> s
     for r in report.adopted_regions:
         h.update(r.cache_entry()["program"].encode())
     return "graph-" + h.hexdigest()
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
