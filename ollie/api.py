@@ -60,16 +60,27 @@ class OptimizedFunction:
         self.backend = OllieBackend(options)
         self.breaks = _GraphBreaks()
         self._compiled = torch.compile(fn, backend=self.backend, dynamic=dynamic)
+        self._eager = False  # Dynamo skips fn: call it directly
         functools.update_wrapper(self, fn, updated=())
         self.__name__ = _name(fn)
 
     def __call__(self, *args, **kwargs):
+        if self._eager:
+            return self.fn(*args, **kwargs)  # eager PyTorch runs it faster: no wrapper at all
         total = self.breaks.total()
         before = self.breaks.snapshot() if total else [{}, {}]
         out = self._compiled(*args, **kwargs)
         if self.breaks.total() != total:
             self.breaks.record(before)
+        self._eager = self.backend.skipped_functions > 0 and self._skipped_whole()
         return out
+
+    def _skipped_whole(self) -> bool:
+        """Whether Dynamo now skips ``fn`` itself (the backend found eager faster for it)."""
+        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+        code = getattr(self.fn, "__code__", None)
+        return code is not None and not _debug_get_cache_entry_list(code) and \
+            self.backend.graphs == self.backend.skipped_functions
 
     def __get__(self, obj, objtype=None):  # a decorated method binds like a function
         return self if obj is None else types.MethodType(self, obj)

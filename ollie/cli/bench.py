@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -24,7 +25,7 @@ from ollie.cli.args import UsageError, positive_float, positive_int
 if TYPE_CHECKING:
     from ollie.cli.bench_suite import Case
 
-MIN_SAMPLE_S = 5e-3  # calls per timing sample are batched until one sample takes this long
+MIN_SAMPLE_S = 10e-3  # calls per timing sample are batched until one sample takes this long
 
 
 def max_relative_error(got, expected) -> float:
@@ -76,23 +77,10 @@ def _ollie_plan(optimized) -> str:
     return summary(optimized.backend)
 
 
-def own_code(fn: Callable) -> Callable:
-    """``fn`` with a copy of its code object of its own. Dynamo keeps one cache per code
-    object: two backends compiling one function would make every call of either walk the
-    other's guards first (tens of µs), so each compiled variant gets its own copy."""
-    import types
-
-    if not isinstance(fn, types.FunctionType):
-        return fn
-    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
-                              fn.__defaults__, fn.__closure__)
-    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
-    return copy
-
-
 def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    """Median seconds per call of each fn, timed in interleaved rounds (under ``no_grad``,
-    as the outputs were checked: a change of grad mode would recompile inside the timing)."""
+    """Median seconds per call of each fn, timed in interleaved rounds of blocks of calls
+    (under ``no_grad``, as the outputs were checked: a change of grad mode would recompile
+    inside the timing)."""
     import torch
 
     number = {}
@@ -104,8 +92,14 @@ def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict
             fn()
             one = time.perf_counter() - t0
             number[name] = max(1, min(1000, int(MIN_SAMPLE_S / max(one, 1e-7)) + 1))
+        order, shuffle = list(fns), random.Random(0).shuffle
         for _ in range(repeat):
-            for name, fn in fns.items():
+            # each round in a new order: a block pays for what the block before it left
+            # behind (another runtime's spinning OpenMP threads, evicted caches), so no
+            # variant always follows the same other one
+            shuffle(order)
+            for name in order:
+                fn = fns[name]
                 t0 = time.perf_counter()
                 for _ in range(number[name]):
                     fn()
@@ -118,6 +112,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     import torch
 
     import ollie
+    from ollie.capture.eager_or_compiled import own_code
 
     fn, args = case.make(scale)
     row = {"case": case.name, "description": case.description,

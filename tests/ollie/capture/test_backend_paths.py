@@ -46,10 +46,21 @@ def test_eager_library_calls_run_where_they_measured_faster(monkeypatch):
 
 def test_the_compiled_graph_runs_where_eager_is_not_clearly_faster(monkeypatch):
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-3, 0.99e-3))
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda: 0.0)
     backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
     with torch.no_grad():
         compile_with(backend)(*args())
     assert any("runs Inductor's compile" in n for n in backend.notes), backend.notes
+
+
+def test_dynamos_own_cost_per_call_counts_against_the_compiled_graph(monkeypatch):
+    """Eager lets Dynamo skip a whole function; compiled, every call pays its frame."""
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-4, 0.99e-4))
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda: 3e-5)
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    with torch.no_grad():
+        compile_with(backend)(*args())
+    assert any("runs eagerly" in n for n in backend.notes), backend.notes
 
 
 def test_a_stored_eager_choice_is_neither_measured_nor_compiled_again(monkeypatch):
@@ -140,3 +151,36 @@ def test_torch_logs_turns_the_ollie_log_on():
                             timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-1500:]
     assert "ollie: inference graph 1:" in result.stderr, result.stderr[-1500:]
+
+
+def test_a_whole_function_eager_runs_faster_is_skipped_by_dynamo(monkeypatch):
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
+
+    def small(a, b):
+        return (a + b).sum(0)
+
+    f = ollie.optimize(small, measure_cap_s=0.05)
+    a, b = args()
+    with torch.no_grad():
+        assert torch.allclose(f(a, b), small(a, b))
+        assert f.backend.skipped_functions == 1 and not _debug_get_cache_entry_list(
+            small.__code__)
+        monkeypatch.setattr(f, "_compiled", lambda *a: pytest.fail("went through Dynamo"))
+        assert torch.allclose(f(a, b), small(a, b))  # called directly from now on
+
+
+def test_a_graph_before_a_break_runs_eagerly_without_skipping_its_function(monkeypatch):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
+
+    def broken(a, b):
+        x = torch.tanh(a) + b
+        torch._dynamo.graph_break()
+        return x * 2
+
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    with torch.no_grad():
+        assert torch.allclose(compile_with(backend, broken)(a, b), (torch.tanh(a) + b) * 2)
+    assert any("runs eagerly" in n and "skips" not in n for n in backend.notes), backend.notes
