@@ -28,18 +28,33 @@ from ollie.options import Options
 class _GraphBreaks:
     """Dynamo's reasons for splitting the function, seen during its calls. Dynamo counts them
     globally (``graph_break``, and ``unimplemented`` for what it cannot trace, such as
-    data-dependent branching); reading the totals before and after a call costs well under a
-    microsecond."""
+    data-dependent branching). A call costs two reads of Dynamo's frame counter: the break
+    counters are compared only across a call during which Dynamo compiled."""
 
     KINDS = ("graph_break", "unimplemented")
 
     def __init__(self):
         from torch._dynamo.utils import counters
         self.counters = [counters[k] for k in self.KINDS]
+        self.frames = counters["frames"]   # "total": frames Dynamo has tried to compile
         self.seen: dict[str, int] = {}
+        self._frames_seen = -1
+        self._before: list[dict] = []
 
-    def total(self) -> int:
-        return sum(sum(c.values()) for c in self.counters)
+    def before_call(self) -> int:
+        frames = self.frames["total"]
+        if frames != self._frames_seen:  # something compiled since: count from here
+            self._before = self.snapshot()
+        return frames
+
+    def after_call(self, frames_before: int) -> bool:
+        """Record the breaks of a call that compiled; whether it compiled."""
+        self._frames_seen = frames = self.frames["total"]
+        if frames == frames_before:
+            return False
+        self.record(self._before)
+        self._before = self.snapshot()
+        return True
 
     def snapshot(self) -> list[dict]:
         return [dict(c) for c in self.counters]
@@ -67,12 +82,10 @@ class OptimizedFunction:
     def __call__(self, *args, **kwargs):
         if self._eager:
             return self.fn(*args, **kwargs)  # eager PyTorch runs it faster: no wrapper at all
-        total = self.breaks.total()
-        before = self.breaks.snapshot() if total else [{}, {}]
+        frames = self.breaks.before_call()
         out = self._compiled(*args, **kwargs)
-        if self.breaks.total() != total:
-            self.breaks.record(before)
-        self._eager = self.backend.skipped_functions > 0 and self._skipped_whole()
+        if self.breaks.after_call(frames):
+            self._eager = self.backend.skipped_functions > 0 and self._skipped_whole()
         return out
 
     def _skipped_whole(self) -> bool:
@@ -139,12 +152,10 @@ def _optimize_module(module: torch.nn.Module, options: Options,
     state = {}
 
     def before(mod, args):
-        state["total"] = breaks.total()
-        state["counts"] = breaks.snapshot() if state["total"] else [{}, {}]
+        state["frames"] = breaks.before_call()
 
     def after(mod, args, out):
-        if breaks.total() != state.get("total"):
-            breaks.record(state.get("counts", [{}, {}]))
+        breaks.after_call(state["frames"])
 
     compiled.register_forward_pre_hook(before)
     compiled.register_forward_hook(after)
