@@ -332,24 +332,36 @@ class Comparison:
                 "speedup": self.speedup, "spread": self.spread}
 
 
+BLOCK_S = 5e-3  # a timed block of back-to-back calls lasts at least this long
+
+
 def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float = 0.5,
             min_rounds: int = 5, max_rounds: int = 100, clear: float = 2.0) -> Comparison:
     """Time ``eager`` and ``ollie`` in interleaved rounds (after one warm-up call each) for
     about ``budget_s`` seconds: they see the same background load, so each round's ratio is
-    meaningful, and the spread of those ratios is the noise of the decision.
+    meaningful, and the spread of those ratios is the noise of the decision. A round times
+    each in a block of back-to-back calls of at least ``BLOCK_S``, as a program calls them
+    (alternating single calls would make each pay for what the other left behind: another
+    runtime's spinning threads, evicted caches); the times are per call.
 
     ``min_rounds`` are timed while the budget lasts; timing stops sooner once the best times
     differ by more than ``clear`` times either way (after 3 rounds: no adoption threshold lies
     near such a ratio), and never before 2 rounds, however slow the calls."""
-    eager(), ollie()
+    calls = []
+    for fn in (eager, ollie):
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        calls.append(max(1, min(1000, int(BLOCK_S / max(time.perf_counter() - t0, 1e-7)))))
     te: list[float] = []
     to: list[float] = []
     start = time.perf_counter()
     while len(te) < max_rounds:
-        for fn, ts in ((eager, te), (ollie, to)):
+        for fn, ts, n in ((eager, te, calls[0]), (ollie, to, calls[1])):
             t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
+            for _ in range(n):
+                fn()
+            ts.append((time.perf_counter() - t0) / n)
         n, spent = len(te), time.perf_counter() - start
         decided = not 1 / clear < min(te) / min(to) < clear
         if (n >= 3 and decided) or (n >= min_rounds and spent >= budget_s) or \
