@@ -147,15 +147,19 @@ def dynamo_call_overhead() -> float:
     return max(0.0, per_call[0] - per_call[1])
 
 
-def own_code(fn):
+def own_code(fn, name: str | None = None):
     """``fn`` with a copy of its code object of its own. Dynamo keeps its caches and skips per
     code object: two backends compiling one function would make every call of either walk
-    the other's guards first (tens of µs), so each compiled variant gets its own copy."""
+    the other's guards first (tens of µs), so each compiled variant gets its own copy.
+    Dynamo remembers the sizes a function was called with by its name and place, though:
+    functions made by one ``def`` for different problems need different ``name``s, or the
+    second is compiled with the sizes that differ from the first's made symbolic."""
     import types
 
     if not isinstance(fn, types.FunctionType):
         return fn
-    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+    code = fn.__code__.replace(co_name=name, co_qualname=name) if name else fn.__code__.replace()
+    copy = types.FunctionType(code, fn.__globals__, name or fn.__name__,
                               fn.__defaults__, fn.__closure__)
-    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, name or fn.__qualname__
     return copy

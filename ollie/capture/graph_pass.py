@@ -83,7 +83,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
         report.note = "no region worth deriving"
         return None, report
     inputs = sample_like(example_inputs)
-    wanted = {n for r in chosen for n in [r.root, *r.inputs.values()]}
+    wanted = {n for r in chosen for n in [r.root, *r.inputs.values(), *_sizes_read(r)]}
     try:
         values = sample_values(gm, inputs, wanted)
     except Exception as e:  # the graph does not run on sampled data (data-dependent checks)
@@ -126,6 +126,13 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
         return None, report
     rewrite.finish(new, example_inputs)
     return new, report
+
+
+def _sizes_read(region) -> list[fx.Node]:
+    """The symbolic sizes (SymInt inputs, ``sym_size`` nodes) the region's nodes read: the
+    expression holds them at their hints, the original nodes read them when they run."""
+    return [a for m in region.members for a in m.all_input_nodes
+            if isinstance(a.meta.get("val"), torch.SymInt)]
 
 
 def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool):

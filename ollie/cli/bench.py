@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -45,25 +46,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-s", type=positive_float, default=2.0,
                    help="Ollie's derivation budget")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
-    p.add_argument("--suite", choices=("cpu", "kernels", "gpu"), default="cpu",
+    p.add_argument("--suite", choices=("cpu", "kernels", "models", "gpu"), default="cpu",
                    help="cpu: the built-in suite (default); kernels: one-line kernels and a "
-                   "DCGAN generator, where Ollie should cost nothing; gpu: EinNet's operators "
-                   "at EinNet's sizes on a CUDA device, against max-autotune, with a roofline")
+                   "DCGAN generator, where Ollie should cost nothing; models: small real "
+                   "models (ResNet-18, MobileNet-v3, BERT, GPT-2, MLP-Mixer, ...); gpu: "
+                   "EinNet's operators at EinNet's sizes on a CUDA device, against "
+                   "max-autotune, with a roofline")
+    p.add_argument("--first-call", action="store_true",
+                   help="time first calls instead: torch.compile's and Ollie's, each in a "
+                   "fresh process with fresh caches, then again in a second process with "
+                   "the caches the first one left")
+
+
+SUITES = {"cpu": "bench_suite", "kernels": "bench_kernels", "models": "bench_models"}
+
+
+def suite_cases(suite: str) -> "tuple[list[Case], dict[str, Case]]":
+    """A suite's cases, and the same by name."""
+    import importlib
+    module = importlib.import_module(f"ollie.cli.{SUITES[suite]}")
+    return module.CASES, module.BY_NAME
 
 
 def _case_list(text: str, suite: str = "cpu") -> "list[Case]":
-    if suite == "kernels":
-        from ollie.cli.bench_kernels import BY_NAME
-    else:
-        from ollie.cli.bench_suite import BY_NAME
-
+    by_name = suite_cases(suite)[1]
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BY_NAME]
+    unknown = [n for n in names if n not in by_name]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown case(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(BY_NAME)}")
-    return [BY_NAME[n] for n in names]
+            f"choose from {', '.join(by_name)}")
+    return [by_name[n] for n in names]
 
 
 def _first_line(e: BaseException) -> str:
@@ -115,6 +128,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     from ollie.capture.eager_or_compiled import own_code
 
     fn, args = case.make(scale)
+    name = "bench_" + re.sub(r"\W", "_", case.name)  # Dynamo tells cases apart by name
     row = {"case": case.name, "description": case.description,
            "shapes": [list(a.shape) for a in args]}
     with torch.no_grad():
@@ -124,12 +138,12 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     if use_compile:
         t0 = time.perf_counter()
         try:
-            compiled = torch.compile(own_code(fn))
+            compiled = torch.compile(own_code(fn, name))
             with torch.no_grad():
                 out = compiled(*args)
             row["compile_error"] = max_relative_error(out, expected)
             # noise control: torch.compile again, from a code object of its own
-            compiled_copy = torch.compile(own_code(fn))
+            compiled_copy = torch.compile(own_code(fn, name))
             with torch.no_grad():
                 compiled_copy(*args)
             variants["compile"] = lambda: compiled(*args)
@@ -141,7 +155,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     else:
         row["compile_note"] = "skipped"
 
-    optimized = ollie.optimize(own_code(fn), budget_s=budget_s)
+    optimized = ollie.optimize(own_code(fn, name), budget_s=budget_s)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -248,12 +262,10 @@ def run(args, out=None) -> int:
             args.cases = _case_list(args.cases, suite)
         except argparse.ArgumentTypeError as e:
             raise UsageError(str(e)) from None
-    if suite == "kernels":
-        from ollie.cli.bench_kernels import KERNELS as CASES
-    else:
-        from ollie.cli.bench_suite import CASES
-
-    cases = args.cases or CASES
+    cases = args.cases or suite_cases(suite)[0]
+    if getattr(args, "first_call", False):
+        from ollie.cli import first_call
+        return first_call.run(suite, cases, args, out)
     if not args.no_compile:
         _one_compile_worker()
     rows = []

@@ -89,6 +89,6 @@ def _dcgan(scale: float):
     return (lambda z: generator(z)), _inputs((1, 100, 1, 1))
 
 
-KERNELS = ELEMENTWISE + REDUCTIONS + MATRIX_VECTOR + VIEWS + [
+CASES = ELEMENTWISE + REDUCTIONS + MATRIX_VECTOR + VIEWS + [
     Case("dcgan_generator", "DCGAN generator, batch 1, eval", _dcgan)]
-BY_NAME = {c.name: c for c in KERNELS}
+BY_NAME = {c.name: c for c in CASES}

@@ -45,7 +45,7 @@ def test_bench_rejects_bad_numbers(capsys, argv):
 
 
 def test_every_one_line_kernel_runs_eagerly_at_a_small_scale():
-    from ollie.cli.bench_kernels import KERNELS
+    from ollie.cli.bench_kernels import CASES as KERNELS
     assert len(KERNELS) >= 30 and len({c.name for c in KERNELS}) == len(KERNELS)
     for case in KERNELS:
         fn, args = case.make(0.05)

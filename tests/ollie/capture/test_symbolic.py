@@ -58,3 +58,28 @@ def test_only_the_graphs_symbolic_dims_are_symbolic_in_the_trace():
     assert [type(d) for d in fakes[0].shape[1:]] == [int]
     assert all(type(d) is int for d in fakes[1].shape)
     assert symbolic.has_symbolic_sizes(metas) and not symbolic.has_symbolic_sizes(reals)
+
+
+def test_a_region_whose_program_fixes_sizes_keeps_its_nodes_at_every_size():
+    """Views by the input's own (symbolic) sizes sit inside the region; the lowered program
+    reshapes to the sizes it was derived at, so it is refused, with the reason, and every
+    size still gets the original's numbers from one compiled graph."""
+    import ollie
+
+    def chain(x, w1, w2):
+        b, n, d = x.shape
+        return ((x.reshape(b * n, d) @ w1) @ w2).reshape(b, n, -1)
+
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    compiled = torch.compile(chain, backend=backend)
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(256, 256), torch.randn(256, 2)
+    for n in (128, 192, 160, 100):
+        x = torch.randn(2, n, 256)
+        torch.testing.assert_close(compiled(x, w1, w2), chain(x, w1, w2), rtol=1e-4, atol=1e-3)
+    dynamic = backend.reports[-1]
+    assert not dynamic.note and not dynamic.adopted, dynamic.note
+    assert [r.decision for r in dynamic.regions] == [
+        "kept: the derived program is specific to these sizes (1 size guard(s) while "
+        "tracing it)"]
+    assert backend.graphs == 2

@@ -1,0 +1,101 @@
+"""``ollie bench --first-call``: compile time as a user meets it.
+
+Each case's first call is timed in a fresh process: torch.compile's with fresh caches, Ollie's
+with fresh caches (Inductor's, AOTAutograd's and Ollie's own), each in its own process. Then
+each runs once more in a second process with the caches the first one left (a warm start),
+where Ollie must neither derive nor measure. The child process is this module:
+
+    python -m ollie.cli.first_call SUITE CASE VARIANT
+
+prints one JSON line: the first call's seconds, the regions derived and the comparisons timed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+VARIANTS = ("compile", "ollie")
+
+
+def child(suite: str, case_name: str, variant: str) -> dict:
+    import torch
+
+    import ollie
+    from ollie.cli.bench import suite_cases
+    from ollie.cost import measure
+
+    compares = []
+    timed = measure.compare
+
+    def counted(*a, **k):
+        compares.append(1)
+        return timed(*a, **k)
+
+    measure.compare = counted
+    fn, args = suite_cases(suite)[1][case_name].make(1.0)
+    t0 = time.perf_counter()
+    compiled = torch.compile(fn) if variant == "compile" else ollie.optimize(fn)
+    with torch.no_grad():
+        compiled(*args)
+    seconds = time.perf_counter() - t0
+    derived = 0
+    if variant == "ollie":
+        derived = sum(1 for report in compiled.backend.reports for r in report.regions
+                      if not r.cached)
+    return {"seconds": seconds, "derived": derived, "compares": len(compares)}
+
+
+def _spawn(suite: str, case: str, variant: str, caches: str) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor"),
+           "OLLIE_CACHE_DIR": os.path.join(caches, "ollie"), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "ollie.cli.first_call", suite, case, variant],
+                            capture_output=True, text=True, env=env, timeout=1800)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": tail[:160]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run(suite: str, cases, args, out) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = []
+    for case in cases:
+        row = {"case": case.name}
+        for variant in VARIANTS:
+            with tempfile.TemporaryDirectory(prefix="ollie-first-call-") as caches:
+                row[variant] = _spawn(suite, case.name, variant, caches)
+                row[variant + "_warm"] = _spawn(suite, case.name, variant, caches)
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=2), file=out)
+        return 0
+    table = Table(title="first call in a fresh process, seconds (cold: fresh caches; "
+                        "warm: the caches a first process left)")
+    for col in ("case", "compile cold", "ollie cold", "ollie/compile", "compile warm",
+                "ollie warm", "ollie/compile", "ollie warm: derived, timed"):
+        table.add_column(col, justify="left" if col == "case" else "right")
+    for r in rows:
+        cells = [r["case"]]
+        for kind in ("", "_warm"):
+            c, o = r["compile" + kind], r["ollie" + kind]
+            cells += [_s(c), _s(o), f"{o['seconds'] / c['seconds']:.2f}×"
+                      if "seconds" in c and "seconds" in o else "—"]
+        warm = r["ollie_warm"]
+        cells.append(f"{warm.get('derived', '—')}, {warm.get('compares', '—')}")
+        table.add_row(*cells)
+    Console(file=out, width=None if out.isatty() else 160).print(table)
+    return 0
+
+
+def _s(result: dict) -> str:
+    return f"{result['seconds']:.2f}" if "seconds" in result else result.get("error", "—")
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(*sys.argv[1:4])))
