@@ -334,6 +334,35 @@ def inputs(e: Expr) -> dict[str, Tensor]:
     return found
 
 
+def rename_inputs(e: Expr, names: dict[str, str]) -> Expr:
+    """``e`` with its input tensors renamed by ``names`` (others kept); scopes shared in
+    ``e`` stay shared."""
+    memo: dict[int, Expr] = {}
+
+    def visit(x: Expr) -> Expr:
+        if id(x) in memo:
+            return memo[id(x)]
+        if isinstance(x, Access):
+            source = x.source
+            if isinstance(source, Tensor):
+                source = Tensor(names.get(source.name, source.name), source.shape, source.dtype)
+            else:
+                source = visit(source)
+            out = Access(source, x.indices)
+        elif isinstance(x, Scope):
+            out = Scope(x.traversal, x.summation, visit(x.body), x.reduce, x.name, x.dtype)
+        elif isinstance(x, Binary):
+            out = Binary(x.op, visit(x.lhs), visit(x.rhs))
+        elif isinstance(x, Unary):
+            out = Unary(x.op, visit(x.x))
+        else:
+            out = x
+        memo[id(x)] = out
+        return out
+
+    return visit(e)
+
+
 def sub_scopes(root: Scope) -> list[Scope]:
     """All scopes reachable from ``root`` (itself last), dependencies before users."""
     order: list[Scope] = []

@@ -117,7 +117,8 @@ def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: boo
     backend: codegen for derived programs: "auto" (torch code; Triton measured too on a GPU),
       "torch", "triton".
     inductor: compile the rewritten graph with Inductor (default); False runs it as is.
-    budget_s / max_nodes: derivation time and e-graph size per region.
+    budget_s: derivation time per graph, shared by its regions in order of expected gain.
+    max_nodes: e-graph size per region.
     candidates / measure_cap_s: how many derived programs are measured, seconds each.
     cache / cache_dir: the persistent decision cache (default $OLLIE_CACHE_DIR or per user).
     progress: a progress line while deriving and measuring ("auto": if stderr is a terminal).

@@ -16,7 +16,7 @@ BACKENDS = ("auto", "torch", "triton")
 class Options:
     backend: str = "auto"          # codegen for derived programs: "auto", "torch", "triton"
     inductor: bool = True          # compile the rewritten graph with Inductor (else run it as is)
-    budget_s: float = 2.0          # derivation time per region
+    budget_s: float = 2.0          # derivation time per graph, shared by its regions
     max_nodes: int = 20_000        # e-graph node budget per region
     candidates: int = 4            # distinct candidates extracted per region
     measure_cap_s: float = 0.5     # seconds of timing per candidate

@@ -9,7 +9,7 @@ for this: only the ATen graph, with the RNG state saved and restored around it.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.fx as fx
@@ -89,9 +89,11 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     except Exception as e:  # the graph does not run on sampled data (data-dependent checks)
         report.note = f"could not run the graph on sample inputs: {first_line(e)}"
         return None, report
-    for region in chosen:
-        report.regions.append(region_mod.compile_region(region, values, options, show=show))
-    adopted = [(r, rr) for r, rr in zip(chosen, report.regions) if rr.kernel is not None]
+    derived = derive_within_budget(chosen, values, options, show, translation.left)
+    report.regions = [rr for _, rr in derived]
+    report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
+                   for n, why in translation.left.items()]
+    adopted = [(r, rr) for r, rr in derived if rr.kernel is not None]
     if not adopted:
         return None, report
     new, mapping = rewrite.copy_graph(gm)
@@ -126,6 +128,37 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
         return None, report
     rewrite.finish(new, example_inputs)
     return new, report
+
+
+MIN_REGION_S = 0.25  # a region is not derived with less than this left of the graph's budget
+
+
+def derive_within_budget(chosen: list, values: dict, options, show, left: dict) -> list:
+    """(region, report) for the regions derived, in order of expected gain, under one
+    derivation budget for the whole graph (``options.budget_s``).
+
+    A region's expected gain is the work of its reductions (what contraction orders and
+    distributivity change). Each region gets the share of the time left that its work is of
+    the work left, at least ``MIN_REGION_S``; what a region does not use (its e-graph
+    saturated, or its decision came from the cache) goes to the next. Regions left when the
+    budget is spent keep their nodes; ``explain`` says so."""
+    order = sorted(chosen, key=regions_mod.reduction_work, reverse=True)
+    work_left = sum(regions_mod.reduction_work(r) for r in order)
+    seconds_left = options.budget_s
+    derived = []
+    for region in order:
+        work = regions_mod.reduction_work(region)
+        if seconds_left < MIN_REGION_S:
+            for m in region.members:
+                left[m] = "translated, not derived: the graph's derivation budget was spent"
+            continue
+        share = min(seconds_left, max(MIN_REGION_S, seconds_left * work / max(work_left, 1)))
+        work_left -= work
+        rr = region_mod.compile_region(region, values, replace(options, budget_s=share),
+                                       show=show)
+        seconds_left -= rr.derive_s
+        derived.append((region, rr))
+    return derived
 
 
 def _sizes_read(region) -> list[fx.Node]:

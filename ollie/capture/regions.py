@@ -133,9 +133,18 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
         members[node] = folded + [node]
         region_inputs[node] = ins
 
-    regions = [Region(n, exprs[n], region_inputs[n], members[n])
+    regions = [Region(n, *_canonical_names(exprs[n], region_inputs[n]), members[n])
                for n in exprs if materialised(n)]
     return Translation(regions, left), newly_forced
+
+
+def _canonical_names(expr: ir.Scope, inputs: dict[str, fx.Node]):
+    """The expression with its inputs named ``in0``, ``in1``, ... in the order it reads them,
+    and the inputs by those names: the same computation in two places of a graph (the
+    layers of a stack) is then the same expression, derived once (the cache key matches)."""
+    names = {old: f"in{k}" for k, old in enumerate(ir.inputs(expr))}
+    return (ir.nodes.rename_inputs(expr, names),
+            {names[old]: node for old, node in inputs.items() if old in names})
 
 
 def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
@@ -155,8 +164,7 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
         return "only moves data"
     expr = inline_views(region.expr)
     data = sum(ir.analysis.numel(t) for t in ir.inputs(expr).values())
-    work = sum(ir.analysis.iteration_points(s) for s in ir.sub_scopes(expr) if s.summation)
-    if work <= 4 * data:
+    if reduction_work(region) <= 4 * data:
         return "no contraction (elementwise work and plain reductions: Inductor fuses them)"
     if len(compute) >= 2 or on_gpu:
         return None
@@ -167,6 +175,12 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     if all(m.target.overloadpacket in plain for m in region.members if m not in compute):
         return f"a single {describe(compute[0])} over plain operands"
     return None
+
+
+def reduction_work(region: Region) -> int:
+    """Iteration points of the region's reductions: the work derivations can change."""
+    return sum(ir.analysis.iteration_points(s) for s in ir.sub_scopes(region.expr)
+               if s.summation)
 
 
 def _offset_from_first_element(node: fx.Node, args: list, kwargs: dict):
