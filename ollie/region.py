@@ -20,7 +20,7 @@ import codegen
 import ir
 from derivations import Budget, derive
 from derivations.normalize import inline_views
-from ollie import cache, cache_entry, progress
+from ollie import cache, progress
 from ollie import cost as cost_model
 from ollie.cost import measure
 from ollie.log import first_line
@@ -126,9 +126,7 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     store = cache.Cache(options.cache_dir) if options.cache else None
     key = cache.region_key(region.expr, tensors) if store else None
     entry = store.get(key) if store else None
-    if entry and cache_entry.needs_remeasure(entry):  # decided within noise: measure once more
-        report.remeasured = entry.get("remeasured", 0) + 1
-    elif _from_cache(report, entry, tensors, expected, options):
+    if _from_cache(report, entry, tensors, expected, options):  # within noise: `ollie tune`
         return report
     with progress.progress(options.progress) if show is None else nullcontext(show) as show:
         _derive_and_choose(report, region, reference, tensors, expected, options, show)

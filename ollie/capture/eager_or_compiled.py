@@ -93,8 +93,7 @@ def key(gm: fx.GraphModule, example_inputs) -> str:
 
 def stored(store: cache.Cache | None, k: str) -> Choice | None:
     entry = store.get(k) if store is not None else None
-    if not entry or entry.get("decision") not in (EAGER, COMPILED) \
-            or cache_entry.needs_remeasure(entry):
+    if not entry or entry.get("decision") not in (EAGER, COMPILED):
         return None
     # the comparison's baseline is the compiled graph, its challenger the graph run eagerly
     return Choice(entry["decision"], compiled_s=entry.get("eager_s"),

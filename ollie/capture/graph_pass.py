@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.fx as fx
 
-from ollie import cache, cache_entry, region as region_mod
+from ollie import cache, region as region_mod
 from ollie.cost import measure
 from ollie.log import first_line
 from ollie.capture import regions as regions_mod
@@ -130,7 +130,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     return new, report
 
 
-MIN_REGION_S = 0.25  # a region is not derived with less than this left of the graph's budget
+MIN_REGION_S = 0.25  # the least share of the graph's budget a region is derived with
 
 
 def derive_within_budget(chosen: list, values: dict, options, show, left: dict) -> list:
@@ -138,26 +138,24 @@ def derive_within_budget(chosen: list, values: dict, options, show, left: dict) 
     derivation budget for the whole graph (``options.budget_s``).
 
     A region's expected gain is the work of its reductions (what contraction orders and
-    distributivity change). Each region gets the share of the time left that its work is of
-    the work left, at least ``MIN_REGION_S``; what a region does not use (its e-graph
-    saturated, or its decision came from the cache) goes to the next. Regions left when the
-    budget is spent keep their nodes; ``explain`` says so."""
+    distributivity change). Each region's share of the budget is its share of the work, at
+    least ``MIN_REGION_S``; regions whose share no longer fits keep their nodes (``explain``
+    says so). The plan depends on the graph alone, not on how long derivations took, so a
+    second process with the decisions cached derives nothing new."""
     order = sorted(chosen, key=regions_mod.reduction_work, reverse=True)
-    work_left = sum(regions_mod.reduction_work(r) for r in order)
+    total = sum(regions_mod.reduction_work(r) for r in order) or 1
     seconds_left = options.budget_s
     derived = []
     for region in order:
-        work = regions_mod.reduction_work(region)
+        share = max(MIN_REGION_S, options.budget_s * regions_mod.reduction_work(region) / total)
         if seconds_left < MIN_REGION_S:
             for m in region.members:
                 left[m] = "translated, not derived: the graph's derivation budget was spent"
             continue
-        share = min(seconds_left, max(MIN_REGION_S, seconds_left * work / max(work_left, 1)))
-        work_left -= work
-        rr = region_mod.compile_region(region, values, replace(options, budget_s=share),
-                                       show=show)
-        seconds_left -= rr.derive_s
-        derived.append((region, rr))
+        share = min(share, seconds_left)
+        seconds_left -= share
+        derived.append((region, region_mod.compile_region(
+            region, values, replace(options, budget_s=share), show=show)))
     return derived
 
 
@@ -189,14 +187,11 @@ def _shape_env(example_inputs):
 
 
 def stored_comparison(key: str, report: GraphReport, options) -> bool | None:
-    """Whether the rewritten graph won when this comparison was last measured (None: never,
-    or within noise and not yet measured again); the stored times go into the report,
-    marked as stored."""
+    """Whether the rewritten graph won when this comparison was last measured (None: never);
+    the stored times go into the report, marked as stored. A decision within noise is kept
+    too: a warm start measures nothing (``ollie tune`` measures such decisions again)."""
     entry = cache.Cache(options.cache_dir).get(key) if options.cache else None
     if not entry or not entry.get("eager_s") or not entry.get("ollie_s"):
-        return None
-    if cache_entry.needs_remeasure(entry):
-        report.remeasured = entry.get("remeasured", 0) + 1
         return None
     report.timing, report.timing_cached = (entry["eager_s"], entry["ollie_s"]), True
     return entry.get("decision") == region_mod.ADOPTED
