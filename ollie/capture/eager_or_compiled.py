@@ -108,7 +108,7 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     inputs = sample_like(example_inputs)
     frame = dynamo_call_overhead() if whole_user_function(gm) else 0.0
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        timing = measure.compare(lambda: compiled(*inputs), lambda: gm(*inputs),
+        timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)
     compiled_s = timing.eager_best + frame
     runs = EAGER if timing.ollie_best < compiled_s * ADOPTION_MARGIN else COMPILED
