@@ -26,6 +26,7 @@ import torch
 
 from ollie import cache, log, progress
 from ollie.capture import eager_or_compiled, graph_pass
+from ollie.capture.cache_identity import CacheIdentity
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
@@ -51,6 +52,7 @@ class OllieBackend:
         self.notes: list[str] = []      # what runs a whole Dynamo graph when not Ollie, and why
         self.graphs = 0                 # graphs Dynamo handed over
         self.skipped_functions = 0      # functions left to eager PyTorch entirely
+        self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         self.graphs += 1
@@ -66,8 +68,13 @@ class OllieBackend:
             if not self.options.inductor:
                 return _compile_without_inductor(gm, example_inputs,
                                                  functools.partial(self._plain, number))
+            inner_calls = self.inner_calls
             compiled = _compile_with_inductor(gm, example_inputs,
-                                              functools.partial(self._inner, number))
+                                              functools.partial(self._inner, number),
+                                              self.options)
+            if self.inner_calls == inner_calls:  # AOTAutograd's cache held Ollie's choice
+                self._note(f"graph {number}: the artifact Ollie chose before, from "
+                           "AOTAutograd's cache (no derivation, no measurement)")
         except DYNAMO_CONTROL:  # Dynamo's own control flow (restart the analysis, skip)
             raise
         except Exception as e:  # Ollie failed: Inductor's compile of the original graph
@@ -132,6 +139,7 @@ class OllieBackend:
         """Inductor's inner compile, with Ollie's rewrite and the compiled A/B in front."""
         from torch._inductor.compile_fx import compile_fx_inner
 
+        self.inner_calls += 1
         title = f"{_kind(kwargs)} graph {number}"
         decompositions = kwargs.get("get_decomp_fn", _decompositions)()
         new, report = self._rewrite(gm, example_inputs, title, decompositions)
@@ -217,17 +225,20 @@ def _real_computation():
         yield
 
 
-def _compile_with_inductor(gm, example_inputs, inner):
-    import torch._functorch.config as functorch_config
+def _compile_with_inductor(gm, example_inputs, inner, options=None):
+    """Inductor's compile of ``gm``; through ``inner`` (Ollie's) when given, under Ollie's
+    cache identity, so that AOTAutograd's cache keeps Ollie's artifacts apart from
+    torch.compile's and a warm start loads the one Ollie chose."""
     from torch._inductor.compile_fx import compile_fx
 
-    # AOTAutograd's cache key does not see inner_compile: it would hand Inductor's artifact
-    # to Ollie (or Ollie's to Inductor). Inductor's own FX-graph cache, keyed on the graph it
-    # compiles (rewritten or not), stays on.
     if inner is None:  # Inductor alone: its caches work as for torch.compile
         return compile_fx(gm, example_inputs, config_patches=INDUCTOR_CONFIG)
-    with functorch_config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=INDUCTOR_CONFIG)
+    import torch._functorch.config as functorch_config
+
+    patches = dict(INDUCTOR_CONFIG, post_grad_custom_post_pass=CacheIdentity(options))
+    with functorch_config.patch(enable_autograd_cache=options.cache and
+                                functorch_config.enable_autograd_cache):
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
 
 
 def _compile_without_inductor(gm, example_inputs, compiler):

@@ -76,3 +76,14 @@ def test_kernels_suite_compiles_each_variant_from_its_own_code(capsys, monkeypat
     assert len(compiled_codes) == 3 and len({id(c) for c in compiled_codes}) == 3
     fn = own_code(lambda a: a + 1)
     assert fn(torch.ones(1)).item() == 2
+
+
+def test_every_model_runs_eagerly_and_names_its_case():
+    import torch
+    from ollie.cli.bench_models import CASES as MODELS
+    assert {c.name for c in MODELS} >= {"resnet18", "mobilenet_v3", "resnext_block",
+                                        "bert_stack", "gpt2_block", "mlp_mixer", "rnn_cell"}
+    for case in MODELS:
+        fn, args = case.make(1.0)
+        with torch.no_grad():
+            assert torch.isfinite(fn(*args)).all(), case.name

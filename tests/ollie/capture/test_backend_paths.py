@@ -94,10 +94,10 @@ def test_training_graphs_keep_the_compiled_artifact(monkeypatch):
 def test_when_ollie_fails_inductor_compiles_the_original_graph(monkeypatch):
     real = backend_mod._compile_with_inductor
 
-    def ollie_breaks(gm, example_inputs, inner):
+    def ollie_breaks(gm, example_inputs, inner, options=None):
         if inner is not None:
             raise RuntimeError("an Ollie bug")
-        return real(gm, example_inputs, inner)
+        return real(gm, example_inputs, inner, options)
 
     monkeypatch.setattr(backend_mod, "_compile_with_inductor", ollie_breaks)
     backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
@@ -114,11 +114,11 @@ def test_dynamo_restarts_pass_through_the_backend(monkeypatch):
     real = backend_mod._compile_with_inductor
     raised = []
 
-    def restart_once(gm, example_inputs, inner):
+    def restart_once(gm, example_inputs, inner, options=None):
         if not raised:
             raised.append(True)
             raise torch._dynamo.exc.TensorifyScalarRestartAnalysis()
-        return real(gm, example_inputs, inner)
+        return real(gm, example_inputs, inner, options)
 
     monkeypatch.setattr(backend_mod, "_compile_with_inductor", restart_once)
     backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))

@@ -1,50 +1,14 @@
-"""Whole models under ``backend="ollie"``: a ResNet-18 and a pre-norm transformer block, both
-written here (no torchvision), in inference and for one training step, match eager."""
+"""Whole models under ``backend="ollie"``: a ResNet-18 (the bench's, ``ollie.cli.bench_models``)
+and a pre-norm transformer block written here (no torchvision), in inference and for one
+training step, match eager."""
 import copy
 
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import ollie  # noqa: F401  (registers backend="ollie")
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + (x if self.down is None else self.down(x)))
-
-
-class ResNet18(nn.Module):
-    def __init__(self, classes=10, width=16):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False),
-                                  nn.BatchNorm2d(width), nn.ReLU())
-        layers, cin = [], width
-        for i, blocks in enumerate((2, 2, 2, 2)):
-            cout = width * 2 ** i
-            for j in range(blocks):
-                layers.append(BasicBlock(cin, cout, 2 if (j == 0 and i > 0) else 1))
-                cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.fc = nn.Linear(cin, classes)
-
-    def forward(self, x):
-        x = self.layers(self.stem(x))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+from ollie.cli.bench_models import ResNet18
 
 
 class TransformerBlock(nn.Module):
