@@ -8,12 +8,16 @@ then produces functional core-ATen graphs (the core ATen decompositions plus Ind
 the forward, the backward, or one inference graph — and each one reaches
 ``OllieBackend._inner`` before Inductor compiles it. There Ollie rewrites the regions it can
 improve (``ollie.capture.graph_pass``), Inductor compiles the original and the rewritten
-graph, and the faster one is kept. With ``inductor=False`` the same graphs run as they are,
-through AOTAutograd alone.
+graph, and the faster one is kept. An inference graph's compile is then timed against the
+graph run eagerly, and the faster runs (``ollie.capture.eager_or_compiled``). With
+``inductor=False`` the same graphs run as they are, through AOTAutograd alone. Ollie's compile
+carries its own cache identity (``ollie.capture.cache_identity``), so a warm start loads
+Ollie's choice from AOTAutograd's cache without reaching ``_inner`` at all.
 
 Ollie never re-traces user code and never runs it: what it measures is the ATen graph, on
-sample inputs. A graph Ollie cannot handle goes to Inductor untouched; one Inductor cannot
-compile either runs eagerly; each with a one-line ``OllieWarning``.
+sample inputs. A graph Ollie fails on goes to Inductor untouched; one Inductor cannot
+compile either runs eagerly; each with a one-line ``OllieWarning``. Dynamo's own control
+exceptions pass through.
 """
 from __future__ import annotations
 
