@@ -21,6 +21,7 @@ import ir
 from derivations import Budget, derive
 from derivations.normalize import inline_views
 from ollie import cache, progress
+from ollie.cache_lock import decision_lock
 from ollie import cost as cost_model
 from ollie.cost import measure
 from ollie.log import first_line
@@ -125,13 +126,15 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     expected = reference[region.root]
     store = cache.Cache(options.cache_dir) if options.cache else None
     key = cache.region_key(region.expr, tensors) if store else None
-    entry = store.get(key) if store else None
-    if _from_cache(report, entry, tensors, expected, options):  # within noise: `ollie tune`
-        return report
-    with progress.progress(options.progress) if show is None else nullcontext(show) as show:
-        _derive_and_choose(report, region, reference, tensors, expected, options, show)
-    if store and report.decision in CACHEABLE:  # failures are re-derived next time
-        store.put(key, report.cache_entry())
+    # processes sharing the folder (the ranks of a job) derive each decision once
+    with decision_lock(store, key) if store else nullcontext():
+        entry = store.get(key) if store else None
+        if _from_cache(report, entry, tensors, expected, options):  # within noise: `ollie tune`
+            return report
+        with progress.progress(options.progress) if show is None else nullcontext(show) as show:
+            _derive_and_choose(report, region, reference, tensors, expected, options, show)
+        if store and report.decision in CACHEABLE:  # failures are re-derived next time
+            store.put(key, report.cache_entry())
     return report
 
 

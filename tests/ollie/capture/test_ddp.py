@@ -1,6 +1,6 @@
 """DistributedDataParallel around a module compiled with ``backend="ollie"``: two processes
-(gloo, on the CPU) train three steps and get eager DDP's losses and parameters, writing their
-decisions into one shared cache folder.
+(gloo, on the CPU) train three steps and get eager DDP's losses and parameters; they share
+one cache folder, and each decision is derived by one rank only.
 
 (``torch.compile(DDP(model))`` compiles nothing here: Dynamo breaks the graph at DDP's own
 forward and skips the wrapped module, so the module is compiled inside DDP instead.)"""
@@ -29,7 +29,8 @@ WORKER = textwrap.dedent("""
         return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
                                    torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
 
-    eager, compiled = DDP(model()), DDP(torch.compile(model(), backend="ollie"))
+    backend = ollie.OllieBackend(ollie.Options())
+    eager, compiled = DDP(model()), DDP(torch.compile(model(), backend=backend))
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, compiled)]
     torch.manual_seed(1 + rank)  # each rank its own data
     batches = [(torch.randn(256, 32), torch.randn(256, 4)) for _ in range(3)]
@@ -44,8 +45,9 @@ WORKER = textwrap.dedent("""
     gap = max((a - b).abs().max().item()
               for a, b in zip(eager.parameters(), compiled.parameters()))
     from torch._dynamo.utils import counters
+    derived = sum(1 for report in backend.reports for r in report.regions if not r.cached)
     print(json.dumps({"rank": rank, "losses": losses, "parameter_gap": gap,
-                      "graphs": counters["stats"]["unique_graphs"]}))
+                      "graphs": counters["stats"]["unique_graphs"], "derived": derived}))
     dist.destroy_process_group()
 """)
 
@@ -73,7 +75,9 @@ def test_ddp_training_matches_eager_ddp_on_two_ranks_sharing_one_cache(tmp_path)
         for a, b in zip(r["losses"]["eager"], r["losses"]["ollie"]):
             assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), r
         assert r["parameter_gap"] <= 1e-5, r
-    # both ranks wrote their decisions into one cache folder: every entry is whole and valid
+    # both ranks wrote their decisions into one cache folder: every entry is whole and valid,
+    # and each region's decision was derived by one rank only (the other waited and reused it)
     cache = Cache(tmp_path / "ollie")
-    keys = cache.keys()
-    assert keys and all(cache.get(key) is not None for key in keys)
+    regions = [k for k in cache.keys() if cache.get(k).get("original")]
+    assert regions and all(cache.get(key) is not None for key in cache.keys())
+    assert sum(r["derived"] for r in results) == len(regions), results
