@@ -142,12 +142,13 @@ def derive_within_budget(chosen: list, values: dict, options, show, left: dict) 
     least ``MIN_REGION_S``; regions whose share no longer fits keep their nodes (``explain``
     says so). The plan depends on the graph alone, not on how long derivations took, so a
     second process with the decisions cached derives nothing new."""
-    order = sorted(chosen, key=regions_mod.reduction_work, reverse=True)
-    total = sum(regions_mod.reduction_work(r) for r in order) or 1
+    work = {id(r): regions_mod.reduction_work(r) for r in chosen}
+    order = sorted(chosen, key=lambda r: work[id(r)], reverse=True)
+    total = sum(work.values()) or 1
     seconds_left = options.budget_s
     derived = []
     for region in order:
-        share = max(MIN_REGION_S, options.budget_s * regions_mod.reduction_work(region) / total)
+        share = max(MIN_REGION_S, options.budget_s * work[id(region)] / total)
         if seconds_left < MIN_REGION_S:
             for m in region.members:
                 left[m] = "translated, not derived: the graph's derivation budget was spent"

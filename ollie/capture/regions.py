@@ -55,9 +55,10 @@ def value_meta(node: fx.Node):
 
 def translate(gm: fx.GraphModule, compose_shared: bool = False) -> Translation:
     """Compose the translatable nodes of ``gm`` (``meta["val"]`` set; symbolic sizes are
-    translated at their hints, ``ollie.capture.symbolic`` emits them) into regions. With ``compose_shared``, a node read by several translated nodes is composed
-    into each (one shared scope) instead of becoming a region of its own: right for one
-    expression, wrong for a graph whose regions are compiled apart (it would run twice)."""
+    translated at their hints, ``ollie.capture.symbolic`` emits them) into regions. With
+    ``compose_shared``, a node read by several translated nodes is composed into each (one
+    shared scope) instead of becoming a region of its own: right for one expression, wrong
+    for a graph whose regions are compiled apart (it would run twice)."""
     forced: set[fx.Node] = set()
     while True:  # a node whose consumer turned out untranslatable must be materialised: retry
         result, newly_forced = _translate_once(gm, forced, compose_shared)

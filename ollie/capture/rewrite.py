@@ -56,13 +56,16 @@ def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
 def trace_kernel(kernel, inputs: list[torch.Tensor], like: torch.Tensor,
                  decompositions: dict, fake_inputs: list | None = None) -> fx.GraphModule:
     """The ATen graph of ``kernel`` (its inputs in ``kernel.input_names`` order), its output
-    laid out like ``like`` (a concrete tensor of the value it replaces); traced on
-    ``fake_inputs`` (symbolic sizes) when given, else on ``inputs``."""
-    with torch.no_grad():
-        order = layout_order(kernel(*inputs), like)
+    laid out like ``like`` (a tensor of concrete sizes standing for the value it replaces);
+    traced on ``fake_inputs`` (symbolic sizes) when given, else on ``inputs``. A symbolic
+    trace must compare no sizes, so its layout is decided first, on one concrete run."""
+    if fake_inputs:
+        with torch.no_grad():
+            order = layout_order(kernel(*inputs), like)
 
     def program(*xs):
-        return relayout(kernel(*xs), order)
+        out = kernel(*xs)
+        return relayout(out, order if fake_inputs else layout_order(out, like))
     with torch.no_grad():
         return make_fx(program, decomposition_table=decompositions)(*(fake_inputs or inputs))
 

@@ -83,11 +83,12 @@ def at(value, sizes: dict) -> int:
 
 
 def sample_at(meta: torch.Tensor, sizes: dict) -> torch.Tensor:
-    """Normal samples shaped like ``meta`` (dense, in its dim order) at ``sizes``."""
+    """Normal samples (zeros for integers and bools) shaped like ``meta`` at ``sizes``,
+    row-major, on ``meta``'s device."""
     shape = [at(d, sizes) for d in meta.shape]
-    t = torch.randn(shape, dtype=meta.dtype) if meta.dtype.is_floating_point else \
-        torch.zeros(shape, dtype=meta.dtype)
-    return t
+    if meta.dtype.is_floating_point:
+        return torch.randn(shape, dtype=meta.dtype, device=meta.device)
+    return torch.zeros(shape, dtype=meta.dtype, device=meta.device)
 
 
 def check_other_size(region, traced: fx.GraphModule, input_names, shape_env: ShapeEnv) -> None:
