@@ -1,9 +1,11 @@
-"""DistributedDataParallel around a module compiled with ``backend="ollie"``: two processes
-(gloo, on the CPU) train three steps and get eager DDP's losses and parameters; they share
-one cache folder, and each decision is derived by one rank only.
+"""Data-parallel training of a module compiled with ``backend="ollie"``, under DDP and under
+FSDP2 (``fully_shard``): two processes (gloo, on the CPU) train three steps and get the eager
+wrapper's losses and parameters; they share one cache folder, and each decision is derived by
+one rank only.
 
-(``torch.compile(DDP(model))`` compiles nothing here: Dynamo breaks the graph at DDP's own
-forward and skips the wrapped module, so the module is compiled inside DDP instead.)"""
+The module is compiled inside the wrapper: with torch 2.13 on the CPU, ``torch.compile(DDP(m))``
+and ``torch.compile(fully_shard(m))`` compile nothing (Dynamo breaks the graph at the wrapper's
+own forward or hooks and skips the module they wrap)."""
 import json
 import os
 import socket
@@ -12,12 +14,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from ollie.cache import Cache
 
 ROOT = Path(__file__).resolve().parents[3]
 
 WORKER = textwrap.dedent("""
-    import json, torch, torch.distributed as dist
+    import json, sys, torch, torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
     import ollie
 
@@ -29,8 +34,14 @@ WORKER = textwrap.dedent("""
         return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
                                    torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
 
+    def full(p):  # FSDP2 shards parameters as DTensors
+        return p.full_tensor() if hasattr(p, "full_tensor") else p
+
     backend = ollie.OllieBackend(ollie.Options())
-    eager, compiled = DDP(model()), DDP(torch.compile(model(), backend=backend))
+    if sys.argv[1] == "ddp":
+        eager, compiled = DDP(model()), DDP(torch.compile(model(), backend=backend))
+    else:
+        eager, compiled = fully_shard(model()), fully_shard(torch.compile(model(), backend=backend))
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, compiled)]
     torch.manual_seed(1 + rank)  # each rank its own data
     batches = [(torch.randn(256, 32), torch.randn(256, 4)) for _ in range(3)]
@@ -42,7 +53,7 @@ WORKER = textwrap.dedent("""
             loss.backward()
             opt.step()
             losses[name].append(loss.item())
-    gap = max((a - b).abs().max().item()
+    gap = max((full(a) - full(b)).abs().max().item()
               for a, b in zip(eager.parameters(), compiled.parameters()))
     from torch._dynamo.utils import counters
     derived = sum(1 for report in backend.reports for r in report.regions if not r.cached)
@@ -58,11 +69,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ddp_training_matches_eager_ddp_on_two_ranks_sharing_one_cache(tmp_path):
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
+def test_training_matches_the_eager_wrapper_on_two_ranks_sharing_one_cache(wrapper, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OLLIE_CACHE_DIR": str(tmp_path / "ollie"),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
            "OMP_NUM_THREADS": "1"}
-    ranks = [subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE,
+    ranks = [subprocess.Popen([sys.executable, "-c", WORKER, wrapper], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env={**env, "RANK": str(r)})
              for r in range(2)]
     results = []
