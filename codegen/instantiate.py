@@ -6,7 +6,8 @@ plus the views its layout permutations need, and the form's name for ``Kernel.fo
 
 - ``conv1d`` / ``conv2d``: ``F.conv1d`` / ``F.conv2d``; the input permuted to NC(H)(W), the
   weight flipped and permuted, asymmetric padding as an ``F.pad`` first;
-- ``g2bmm`` / ``gbmm``: ``codegen.banded``, which never forms the dense product;
+- ``g2bmm`` / ``gbmm``: the ``ollie::`` custom ops of ``codegen.ops`` (``codegen.banded``
+  underneath), which never form the dense product;
 - ``mm`` / ``bmm`` / ``matmul`` / ``mv`` / ``dot``: a Matmul match; operands permuted, dims of
   one role flattened into one matrix dim, the result unflattened and permuted.
 
@@ -25,7 +26,7 @@ from ir.patterns import (
     match_matmul, match_softmax,
 )
 
-BANDED_IMPORT = "from codegen import banded"
+OPS_IMPORT = "import codegen.ops  # registers the ollie:: operators"
 
 
 def instantiate(writer, s: Scope, var: str) -> tuple[list[str], str] | None:
@@ -146,10 +147,10 @@ def _conv(writer, s: Scope, m: ConvMatch, var: str) -> tuple[list[str], str]:
 
 # -- banded ----------------------------------------------------------------------------------
 def _banded(writer, m: BandedMatch, var: str) -> tuple[list[str], str]:
-    writer.imports.add(BANDED_IMPORT)
+    writer.imports.add(OPS_IMPORT)
     lhs = _perm_code(writer.source_var(m.lhs.source), m.lhs_dims, len(m.lhs_dims))
     rhs = _perm_code(writer.source_var(m.rhs.source), m.rhs_dims, len(m.rhs_dims))
     options = [f"w={m.w}"] + ([f"d={m.d}"] if m.d != 1 else []) + \
         ([f"offset={m.offset}"] if m.offset else [])
-    code = f"banded.{m.kind}({lhs}, {rhs}, {', '.join(options)})"
+    code = f"torch.ops.ollie.{m.kind}({lhs}, {rhs}, {', '.join(options)})"
     return [f"{var} = {_perm_code(code, m.out_perm, len(m.out_perm))}"], m.kind
