@@ -13,10 +13,10 @@ name "ollie" is registered with Dynamo at once.
 import sys
 
 __version__ = "0.1.0"
-__all__ = ["optimize", "explain", "OllieWarning", "OllieBackend", "Options"]
+__all__ = ["optimize", "explain", "export", "OllieWarning", "OllieBackend", "Options"]
 
 _LAZY = {"optimize": "ollie.api", "explain": "ollie.api", "OptimizedFunction": "ollie.api",
-         "OllieWarning": "ollie.capture.backend", "OllieBackend": "ollie.capture.backend",
+         "export": "ollie.deploy", "OllieWarning": "ollie.capture.backend", "OllieBackend": "ollie.capture.backend",
          "Options": "ollie.options"}
 
 

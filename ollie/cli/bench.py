@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "models (ResNet-18, MobileNet-v3, BERT, GPT-2, MLP-Mixer, ...); gpu: "
                    "EinNet's operators at EinNet's sizes on a CUDA device, against "
                    "max-autotune, with a roofline")
+    p.add_argument("--export", action="store_true",
+                   help="also time the case deployed: torch.export + AOTInductor, and "
+                   "ollie.export + AOTInductor (each package loaded back with "
+                   "aoti_load_package)")
     p.add_argument("--first-call", action="store_true",
                    help="time first calls instead: torch.compile's and Ollie's, each in a "
                    "fresh process with fresh caches, then again in a second process with "
@@ -121,7 +125,7 @@ def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict
 
 
 def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
-             use_compile: bool) -> dict:
+             use_compile: bool, export: bool = False) -> dict:
     import torch
 
     import ollie
@@ -167,6 +171,8 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     row["ollie_plan"] = _ollie_plan(optimized)
     row["ollie_warnings"] = [str(w.message).splitlines()[0] for w in caught]
     variants["ollie"] = lambda: optimized(*args)
+    if export:
+        _add_exported(fn, args, expected, budget_s, row, variants)
 
     times = time_side_by_side(variants, repeat)
     row["eager_ms"] = times["eager"] * 1e3
@@ -176,7 +182,39 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     row["compile_over_ollie"] = (times["compile"] / times["ollie"]) if "compile" in times else None
     # Two timings of one compiled function: how far apart identical code measures here.
     row["noise"] = (times["compile_copy"] / times["compile"]) if "compile" in times else None
+    for name in ("aoti", "ollie_aoti"):
+        if name in times:
+            row[f"{name}_ms"] = times[name] * 1e3
     return row
+
+
+def _add_exported(fn, args, expected, budget_s: float, row: dict, variants: dict) -> None:
+    """The case deployed: ``torch.export`` and ``ollie.export``, each packaged by AOTInductor
+    and loaded back (the variants ``aoti`` and ``ollie_aoti``)."""
+    import tempfile
+
+    import torch
+
+    import ollie
+    from ollie.cli.bench_suite import as_module
+
+    module = as_module(fn)
+    folder = tempfile.mkdtemp(prefix="ollie-bench-")
+    programs = {"aoti": lambda: torch.export.export(module, args),
+                "ollie_aoti": lambda: ollie.export(module, args, options={"budget_s": budget_s})}
+    for name, build in programs.items():
+        t0 = time.perf_counter()
+        try:
+            path = torch._inductor.aoti_compile_and_package(
+                build(), package_path=os.path.join(folder, f"{name}.pt2"))
+            runner = torch._inductor.aoti_load_package(path)
+            with torch.no_grad():
+                row[f"{name}_error"] = max_relative_error(runner(*args), expected)
+            row["match"] = row["match"] and row[f"{name}_error"] <= 1e-4
+            variants[name] = lambda runner=runner: runner(*args)
+        except Exception as e:  # a failed export is a result, not a crash
+            row[f"{name}_note"] = f"failed: {_first_line(e)}"
+        row[f"{name}_build_s"] = round(time.perf_counter() - t0, 3)
 
 
 def _finite(value):
@@ -215,24 +253,35 @@ def table(rows: list[dict], scale: float):
 
     t = Table(title=f"ollie bench (CPU, {torch.get_num_threads()} threads, scale {scale:g}; "
                     "median ms per call)", caption=_load_warning())
-    for col, justify in (("case", "left"), ("eager ms", "right"), ("compile ms", "right"),
-                         ("ollie ms", "right"), ("eager/ollie", "right"),
-                         ("compile/ollie", "right"), ("noise", "right"),
-                         ("first call s (compile / ollie)", "right"), ("max rel err", "right"),
-                         ("match", "center"), ("ollie plan", "left")):
+    exported = any("aoti_build_s" in r for r in rows)
+    columns = [("case", "left"), ("eager ms", "right"), ("compile ms", "right"),
+               ("ollie ms", "right"), ("eager/ollie", "right"), ("compile/ollie", "right"),
+               ("noise", "right")]
+    if exported:
+        columns += [("aoti ms", "right"), ("ollie aoti ms", "right"),
+                    ("aoti/ollie aoti", "right")]
+    columns += [("first call s (compile / ollie)", "right"), ("max rel err", "right"),
+                ("match", "center"), ("ollie plan", "left")]
+    for col, justify in columns:
         t.add_column(col, justify=justify)
     for r in rows:
         if "error" in r:
-            t.add_row(r["case"], "—", "—", "—", "—", "—", "—", "—", "—", "[red]✗[/]",
+            t.add_row(r["case"], *["—"] * (len(columns) - 3), "[red]✗[/]",
                       f"[red]{r['error']}[/]")
             continue
         compile_ms = _ms(r["compile_ms"]) if r["compile_ms"] is not None else r["compile_note"]
-        t.add_row(r["case"], _ms(r["eager_ms"]), compile_ms, _ms(r["ollie_ms"]),
-                  _ratio(r["eager_over_ollie"]), _ratio(r["compile_over_ollie"]),
-                  _ratio(r.get("noise")),
-                  f"{r.get('compile_warmup_s', '—')} / {r['ollie_warmup_s']}",
+        cells = [r["case"], _ms(r["eager_ms"]), compile_ms, _ms(r["ollie_ms"]),
+                 _ratio(r["eager_over_ollie"]), _ratio(r["compile_over_ollie"]),
+                 _ratio(r.get("noise"))]
+        if exported:
+            aoti, ollie_aoti = r.get("aoti_ms"), r.get("ollie_aoti_ms")
+            cells += [_ms(aoti) if aoti else r.get("aoti_note", "—"),
+                      _ms(ollie_aoti) if ollie_aoti else r.get("ollie_aoti_note", "—"),
+                      _ratio(aoti / ollie_aoti if aoti and ollie_aoti else None)]
+        cells += [f"{r.get('compile_warmup_s', '—')} / {r['ollie_warmup_s']}",
                   f"{r['max_rel_error']:.1e}", "[green]✓[/]" if r["match"] else "[red]✗[/]",
-                  r["ollie_plan"])
+                  r["ollie_plan"]]
+        t.add_row(*cells)
     return t
 
 
@@ -278,7 +327,7 @@ def run(args, out=None) -> int:
             progress.update(task, description=f"bench: {case.name}")
             try:
                 rows.append(run_case(case, args.scale, args.repeat, args.budget_s,
-                                     not args.no_compile))
+                                     not args.no_compile, getattr(args, "export", False)))
             except Exception as e:  # one broken case must not hide the others' results
                 rows.append({"case": case.name, "description": case.description,
                              "error": _first_line(e)})

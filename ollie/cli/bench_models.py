@@ -2,8 +2,8 @@
 
 A ResNet-18 with batch norm, a MobileNet-v3-like network (depthwise convolutions,
 squeeze-and-excitation, hard-swish), a ResNeXt block (grouped convolution), a stack of BERT
-layers, a GPT-2 block, an MLP-Mixer and an unrolled RNN cell, each in eval mode at batch 1
-with random weights. They show what Ollie does on ordinary model code: its speed against
+layers, a GPT-2 block, an MLP-Mixer, an unrolled RNN cell (each in eval mode at batch 1) and a
+low-rank projection (two linear layers, batch 256), with random weights. They show what Ollie does on ordinary model code: its speed against
 eager and torch.compile, and (``--first-call``) its compile time against torch.compile's,
 each in a fresh process with fresh caches.
 """
@@ -199,6 +199,18 @@ class RNNCell(nn.Module):
         return h
 
 
+class LowRankProjection(nn.Module):
+    """Two linear layers with nothing between (a factored projection, as in low-rank
+    adapters and bottleneck heads): x W1ᵀ W2ᵀ, whose weights' product is the smaller map."""
+
+    def __init__(self, d=512, rank=512, out=32):
+        super().__init__()
+        self.down, self.up = nn.Linear(d, rank), nn.Linear(rank, out)
+
+    def forward(self, x):
+        return self.up(self.down(x))
+
+
 def _model(build, *shape):
     def make(scale: float):
         torch.manual_seed(0)
@@ -217,5 +229,7 @@ CASES = [
     Case("mlp_mixer", "MLP-Mixer, 4 blocks, 1×3×64×64", _model(MLPMixer, 1, 3, 64, 64)),
     Case("rnn_cell", "Elman RNN cell unrolled over 16 steps, batch 8",
          _model(RNNCell, 8, 16, 128)),
+    Case("low_rank_projection", "Linear 512→512 then 512→32, nothing between, batch 256",
+         _model(LowRankProjection, 256, 512)),
 ]
 BY_NAME = {c.name: c for c in CASES}

@@ -20,6 +20,25 @@ class Case:
     make: Callable[[float], tuple[Callable, tuple]]  # scale -> (function, inputs)
 
 
+class AsModule(torch.nn.Module):
+    """A case's function as a module (what torch.export takes); the modules its closure holds
+    become its submodules, so their weights are the program's weights."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+        for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
+            if isinstance(cell.cell_contents, torch.nn.Module):
+                self.add_module(f"held{i}", cell.cell_contents)
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def as_module(fn: Callable) -> torch.nn.Module:
+    return fn if isinstance(fn, torch.nn.Module) else AsModule(fn)
+
+
 def _dim(n: int, scale: float, least: int = 1) -> int:
     return max(least, round(n * scale))
 

@@ -87,3 +87,13 @@ def test_every_model_runs_eagerly_and_names_its_case():
         fn, args = case.make(1.0)
         with torch.no_grad():
             assert torch.isfinite(fn(*args)).all(), case.name
+
+
+def test_bench_export_times_both_packages_next_to_the_backend(capsys):
+    code = cli.main(["bench", "--suite", "models", "--cases", "low_rank_projection",
+                     "--repeat", "2", "--no-compile", "--export", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["aoti_error"] <= 1e-4 and row["ollie_aoti_error"] <= 1e-4
+    assert row["aoti_ms"] > 0 and row["ollie_aoti_ms"] > 0 and row["ollie_ms"] > 0

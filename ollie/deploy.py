@@ -1,0 +1,159 @@
+"""``ollie.export``: a ``torch.export.ExportedProgram`` that carries Ollie's rewrites.
+
+    ep = ollie.export(model, (x,))
+    path = torch._inductor.aoti_compile_and_package(ep)   # AOTInductor, a .pt2 package
+    run = torch._inductor.aoti_load_package(path)          # in a process that imported ollie
+
+The stages, in order:
+
+1. ``torch.export.export`` and core-ATen decompositions: one functional graph whose weights
+   (parameters, buffers, constants) are inputs named by the graph signature.
+2. Ollie's graph pass (``ollie.capture.graph_pass``), as the backend runs it: translate,
+   derive, verify, measure each region, splice the adopted programs. The rewritten graph is
+   kept only where Inductor's compile of it beats Inductor's compile of the original.
+3. Folding: what reads only weights (a product of two weight matrices, a batch norm's
+   scale) runs once, here, and becomes a constant of the program. An exported program's
+   weights are fixed; buffers the program itself updates are not weights here.
+
+Ollie's own operators (``ollie::``) stay in the graph as custom ops: a process that loads the
+package must ``import ollie`` (or ``codegen.ops``) first.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+from torch.export.graph_signature import (
+    ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec, TensorArgument,
+)
+
+from ollie import progress
+from ollie.capture import backend, graph_pass
+from ollie.capture.aten import is_view
+from ollie.options import Options
+
+WEIGHTS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+           dynamic_shapes=None, strict: bool = False, options: Options | dict | None = None,
+           report: list | None = None) -> torch.export.ExportedProgram:
+    """``torch.export.export(model, args, kwargs)`` with Ollie's rewrites and folded weights.
+    ``report``, when given a list, receives the graph's ``GraphReport`` (what ``explain``
+    prints)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"ollie.export: expected an nn.Module, got {type(model).__name__} "
+                        "(wrap a function in a Module)")
+    options = options if isinstance(options, Options) else Options.from_dict(options)
+    ep = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes,
+                             strict=strict).run_decompositions()
+    gm = _rewritten(ep, options, report)
+    return _with_folded_weights(ep, gm)
+
+
+def _rewritten(ep, options: Options, report: list | None) -> fx.GraphModule:
+    """Ollie's rewrite of the exported graph where Inductor's compile of it is faster."""
+    gm = ep.graph_module
+    fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    with torch.no_grad(), backend._real_computation(), \
+            progress.progress(options.progress) as show:
+        new, graph_report = graph_pass.rewrite_graph(
+            gm, fakes, options, "exported graph", backend._decompositions(), show)
+        if new is not None:
+            graph_report.adopted = _faster_when_compiled(gm, new, fakes, graph_report, options)
+    if report is not None:
+        report.append(graph_report)
+    return new if new is not None and graph_report.adopted else gm
+
+
+def _faster_when_compiled(gm, new, fakes, report, options) -> bool:
+    key = graph_pass.comparison_key(gm, fakes, report)
+    stored = graph_pass.stored_comparison(key, report, options)
+    if stored is not None:
+        return stored
+    from torch._inductor.compile_fx import compile_fx
+
+    from ollie.capture.samples import sample_like
+    inputs = sample_like(fakes)
+    original, rewritten = compile_fx(gm, inputs), compile_fx(new, inputs)
+    return graph_pass.compare(lambda xs: original(*xs), lambda xs: rewritten(*xs), fakes,
+                              report, options, key)
+
+
+def _with_folded_weights(ep, gm: fx.GraphModule) -> torch.export.ExportedProgram:
+    """``gm`` as ``ep``'s graph, every computation on weights alone folded into a constant
+    (and weights nothing reads any more dropped)."""
+    gm.graph.eliminate_dead_code()
+    specs = {n: s for n, s in zip(gm.graph.find_nodes(op="placeholder"),
+                                  ep.graph_signature.input_specs)}
+    weights = {**ep.state_dict, **ep.constants}
+    mutated = {s.target for s in ep.graph_signature.output_specs
+               if s.kind == OutputKind.BUFFER_MUTATION}  # state that changes between calls
+    values = {n: weights[s.target] for n, s in specs.items()
+              if s.kind in WEIGHTS and s.target not in mutated
+              and isinstance(weights[s.target], torch.Tensor)}
+    for n in gm.graph.find_nodes(op="get_attr"):  # index tensors of spliced programs
+        values[n] = getattr(gm, n.target)
+    folded = _fold(gm, values)
+    # constants go before the user's inputs, as torch.export orders them
+    anchor = next((n for n, s in specs.items() if s.kind == InputKind.USER_INPUT), None)
+    constants = dict(ep.constants)
+    fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in specs])
+    for i, (node, tensor) in enumerate(folded.items()):
+        name = f"ollie_folded_{i}"
+        with gm.graph.inserting_before(anchor or next(iter(gm.graph.nodes))):
+            placeholder = gm.graph.placeholder(name)
+        placeholder.meta["val"] = fake_mode.from_tensor(tensor) if fake_mode else tensor
+        node.replace_all_uses_with(placeholder)
+        specs[placeholder] = InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), name)
+        constants[name] = tensor
+    gm.graph.eliminate_dead_code()
+    for node in list(gm.graph.find_nodes(op="placeholder")):  # weights no longer read
+        if not node.users and specs[node].kind in WEIGHTS:
+            gm.graph.erase_node(node)
+    gm.recompile()
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    inputs = [specs[n] for n in placeholders]
+    kept = {s.target for s in inputs}
+    outputs = [OutputSpec(s.kind, TensorArgument(a.name) if isinstance(a, fx.Node) else s.arg,
+                          s.target)
+               for s, a in zip(ep.graph_signature.output_specs, gm.graph.output_node().args[0])]
+    return ep._update(gm, ExportGraphSignature(inputs, outputs),
+                      state_dict={k: v for k, v in ep.state_dict.items() if k in kept},
+                      constants={k: v for k, v in constants.items() if k in kept})
+
+
+def _fold(gm: fx.GraphModule, values: dict) -> dict[fx.Node, torch.Tensor]:
+    """The values of the outermost computations that read only ``values``' nodes (weights),
+    computed once, and of the tensors held as attributes that the rest reads: all become the
+    program's constants. Views are not folded on their own (that would copy a weight): a view
+    that reads a folded computation stays and reads the constant. Nor is a computation whose
+    result is larger than the weights it reads (an expand made dense, say)."""
+    constant = dict(values)
+    read = {n: v.numel() for n, v in values.items()}  # elements of weights each node reads
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n in constant or not _pure(n):
+            continue
+        if n.all_input_nodes and all(a in constant for a in n.all_input_nodes):
+            args, kwargs = fx.map_arg((n.args, n.kwargs), lambda a: constant[a])
+            with torch.no_grad():
+                constant[n] = n.target(*args, **kwargs)
+            read[n] = sum(read[a] for a in n.all_input_nodes)
+    folded = {}
+    for n, value in constant.items():
+        computed = (n not in values or n.op == "get_attr") and not is_view(n.target)
+        if computed and isinstance(value, torch.Tensor) and value.numel() <= read[n] \
+                and _read_outside(n, constant):
+            folded[n] = value
+    return folded
+
+
+def _read_outside(n: fx.Node, constant: dict) -> bool:
+    """Whether a node that is not constant reads ``n``, directly or through views of it."""
+    return any(u not in constant or (is_view(u.target) and _read_outside(u, constant))
+               for u in n.users)
+
+
+def _pure(n: fx.Node) -> bool:
+    tags = getattr(n.target, "tags", ())
+    return isinstance(n.target, torch._ops.OpOverload) and \
+        torch.Tag.nondeterministic_seeded not in tags and not n.target._schema.is_mutable
