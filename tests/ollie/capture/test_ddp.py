@@ -5,7 +5,7 @@ one rank only.
 
 The module is compiled inside the wrapper: with torch 2.13 on the CPU, ``torch.compile(DDP(m))``
 and ``torch.compile(fully_shard(m))`` compile nothing (Dynamo breaks the graph at the wrapper's
-own forward or hooks and skips the module they wrap)."""
+own forward or hooks and skips the module they wrap: pytorch/pytorch#140416)."""
 import json
 import os
 import socket
