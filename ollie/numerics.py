@@ -10,6 +10,26 @@ def tolerance(dtype: torch.dtype) -> float:
     return {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float64: 1e-9}.get(dtype, 1e-4)
 
 
+# A reordered computation may differ from the original by a few times the original's own
+# rounding error, but never by more than this many times the dtype's tolerance.
+REASSOCIATION_SLACK = 4
+MAX_SLACK = 100
+
+
+def allowed_error(expected: torch.Tensor, exact: torch.Tensor | None) -> float:
+    """How far a reordered computation may be from ``expected`` (the original's value):
+    the dtype's tolerance, or a few times the original's own rounding error (its distance
+    from ``exact``, the same computation in float64) where that is larger. A sum with
+    cancellation, read through a function that does not shrink its error (``tanh`` near
+    zero), rounds as much in any order; its error is relative to the summands, which the
+    output's scale does not show. An algebraic mistake is far larger than either."""
+    base = tolerance(expected.dtype)
+    if exact is None or expected.dtype == torch.float64:
+        return base
+    own = max_relative_error(expected, exact)
+    return min(max(base, REASSOCIATION_SLACK * own), MAX_SLACK * base)
+
+
 def max_relative_error(out, ref: torch.Tensor) -> float:
     """max |out - ref| / max(1, max |ref|) over the finite entries: robust to sign changes and
     near-zero entries. Non-finite entries must agree exactly (NaN where the reference is NaN,

@@ -25,7 +25,7 @@ from ollie.cache_lock import decision_lock
 from ollie import cost as cost_model
 from ollie.cost import measure
 from ollie.log import first_line
-from ollie.numerics import max_relative_error, tolerance
+from ollie.numerics import allowed_error, max_relative_error
 
 
 @dataclass
@@ -54,6 +54,8 @@ class RegionReport:
     speedup: float | None = None                      # best original time / best derived
     spread: float | None = None                       # the noise of that ratio (relative)
     remeasured: int = 0                               # times a noisy decision was re-measured
+    size_range: str = ""                              # sizes the choice is guarded to
+    allowed_error: float = 1e-4                       # how far a program may be from eager
 
     def cache_entry(self) -> dict:
         """What the disk cache keeps: enough to redo the decision without deriving, and to
@@ -69,8 +71,9 @@ class RegionReport:
     def summary(self) -> str:
         speed = (f", original {self.eager_s * 1e3:.3f} ms vs derived {self.ollie_s * 1e3:.3f} ms"
                  if self.eager_s and self.ollie_s else "")
+        held = f"; holds for {self.size_range}" if self.size_range else ""
         return (f"ollie: region {self.root_name} ({' → '.join(self.ops)}): {self.decision}"
-                f"; est. {_us(self.cost_before)} → {_us(self.cost_after)}{speed}")
+                f"; est. {_us(self.cost_before)} → {_us(self.cost_after)}{speed}{held}")
 
     def describe(self, adopted: bool | None = None) -> str:
         """The region in a few lines; ``adopted``: whether its program is what runs (the
@@ -104,6 +107,9 @@ class RegionReport:
                          f"{self.eager_s * 1e3:.3f} ms, derived {self.ollie_s * 1e3:.3f} ms "
                          f"({self.eager_s / self.ollie_s:.2f}×, {self.backend} backend)")
         lines.append(f"  decision: {self.decision}")
+        if self.size_range:
+            lines.append(f"  guarded to {self.size_range}: the other form does fewer "
+                         "multiply-adds beyond (Dynamo compiles again there)")
         return "\n".join(lines)
 
 
@@ -124,6 +130,7 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     report = RegionReport(region.root.name, [_op_name(m) for m in region.members], region.expr)
     tensors = {name: reference[node] for name, node in region.inputs.items()}
     expected = reference[region.root]
+    report.allowed_error = allowed_error(expected, exact_value(region, reference))
     store = cache.Cache(options.cache_dir) if options.cache else None
     key = cache.region_key(region.expr, tensors) if store else None
     # processes sharing the folder (the ranks of a job) derive each decision once
@@ -150,6 +157,10 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
     report.speedup, report.spread = entry.get("speedup"), entry.get("spread")
     if entry.get("decision") != ADOPTED:
         report.decision = entry.get("decision", "kept")
+        try:  # the best derived program, not used: what a size range is judged against
+            report.chosen = ir.parse(entry["program"]) if entry.get("program") else None
+        except Exception:
+            report.chosen = None
         return True
     try:
         report.chosen = ir.parse(entry["program"])
@@ -160,7 +171,7 @@ def _from_cache(report, entry, tensors, expected, options) -> bool:
         report.error = max_relative_error(out, expected)
     except Exception:
         return False
-    if out.dtype != expected.dtype or not report.error <= tolerance(expected.dtype):
+    if out.dtype != expected.dtype or not report.error <= report.allowed_error:
         return False
     _adopt(report, kernel)
     return True
@@ -203,7 +214,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
                         f"/{total} ({backend})")
             results += measure.measure_candidates(
                 [candidate], tensors, expected, cap=options.measure_cap_s, backend=backend,
-                record=options.cache, labels={"family": "region", "case": report.root_name},
+                rtol=report.allowed_error, record=options.cache, labels={"family": "region", "case": report.root_name},
                 cache_dir=options.cache_dir, fused=options.inductor)
             labels.append(backend)
     report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds,
@@ -277,6 +288,31 @@ def _backends(options, tensors: dict) -> list[str]:
 def _op_name(node) -> str:
     packet = getattr(node.target, "overloadpacket", None)
     return str(packet) if packet is not None else getattr(node.target, "__name__", str(node.target))
+
+
+def exact_value(region, values: dict) -> torch.Tensor | None:
+    """The region's root computed in float64 from the same inputs as ``values`` (the
+    original's value in its own dtype), or None where it is not a float computation or does
+    not run in float64."""
+    root = values.get(region.root)
+    if not isinstance(root, torch.Tensor) or root.dtype not in LOW_PRECISION:
+        return None
+    members = set(region.members)
+    env = {n: v.double() if isinstance(v, torch.Tensor) and v.dtype in LOW_PRECISION else v
+           for n, v in values.items() if n not in members}
+    try:
+        with torch.no_grad():
+            for m in region.members:
+                for a in m.all_input_nodes:
+                    if a not in env:
+                        return None
+                env[m] = run_node(m, env)
+    except Exception:  # an op with a fixed dtype, or none in float64: the dtype's tolerance
+        return None
+    return env[region.root]
+
+
+LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def run_node(node, env: dict):

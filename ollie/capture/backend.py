@@ -29,7 +29,7 @@ import warnings
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import eager_or_compiled, graph_pass
+from ollie.capture import eager_or_compiled, graph_pass, size_range
 from ollie.capture.cache_identity import CacheIdentity
 from ollie.capture.report import graph_line
 from ollie.log import first_line
@@ -37,6 +37,10 @@ from ollie.options import Options
 
 # Random ops draw exactly as in eager mode (dropout under a fixed seed gives eager's mask).
 INDUCTOR_CONFIG = {"fallback_random": True}
+
+# A graph with symbolic sizes that runs eagerly is kept to sizes up to this factor of the
+# measured ones (``OllieBackend._run_eagerly``).
+EAGER_RANGE = 2
 
 # Dynamo's own control flow, raised through a backend on purpose: it restarts the analysis
 # (a scalar to tensorify, a speculation to undo) or skips the frame. Never caught here.
@@ -67,7 +71,7 @@ class OllieBackend:
         if self.options.inductor:
             stored = self._stored_choice(gm, example_inputs)
             if stored is not None and stored.runs == eager_or_compiled.EAGER:
-                return self._run_eagerly(gm, stored, number)  # no compile: eager won before
+                return self._run_eagerly(gm, stored, number, example_inputs)  # won before
         try:
             if not self.options.inductor:
                 return _compile_without_inductor(gm, example_inputs,
@@ -122,15 +126,21 @@ class OllieBackend:
             except Exception:  # the graph does not run on sample data: keep the compile
                 return compiled
         if choice.runs == eager_or_compiled.EAGER:
-            return self._run_eagerly(gm, choice, number)
+            return self._run_eagerly(gm, choice, number, example_inputs)
         self._note(choice.describe(number))
         return compiled
 
-    def _run_eagerly(self, gm, choice, number: int):
+    def _run_eagerly(self, gm, choice, number: int, example_inputs):
         """The graph as captured, run by eager PyTorch. Where it is the whole of a function
-        of the user's, Dynamo is asked to skip that function from now on: it then runs as
-        plain Python, without Dynamo's guards and frame (20–70 µs a call on a 2-core CPU,
-        more than many a small kernel takes). Its later calls, at any shape, stay eager."""
+        of the user's, with static sizes, Dynamo is asked to skip that function from now on:
+        it then runs as plain Python, without Dynamo's guards and frame (20–70 µs a call on a
+        2-core CPU, more than many a small kernel takes). A graph with symbolic sizes is
+        instead guarded to sizes up to twice the measured ones: eager's lead shrinks as the
+        work grows, so larger calls compile again and are measured again."""
+        bounded = size_range.guard_near_hints(example_inputs, factor=EAGER_RANGE)
+        if bounded:
+            self._note(choice.describe(number) + f"; at sizes {bounded}")
+            return gm.forward
         if eager_or_compiled.whole_user_function(gm):
             self.skipped_functions += 1
             self._note(choice.describe(number) + "; Dynamo skips the function from now on")
@@ -146,7 +156,8 @@ class OllieBackend:
         self.inner_calls += 1
         title = f"{_kind(kwargs)} graph {number}"
         decompositions = kwargs.get("get_decomp_fn", _decompositions)()
-        new, report = self._rewrite(gm, example_inputs, title, decompositions)
+        new, report = self._rewrite(gm, example_inputs, title, decompositions,
+                                    guard_sizes=_kind(kwargs) == "inference")
         if new is None:
             self._announce(report)
             return compile_fx_inner(gm, example_inputs, **kwargs)
@@ -179,11 +190,11 @@ class OllieBackend:
         self._announce(report)
         return make_boxed_func((new if new is not None else gm).forward)
 
-    def _rewrite(self, gm, example_inputs, title, decompositions):
+    def _rewrite(self, gm, example_inputs, title, decompositions, guard_sizes=False):
         try:
             with _real_computation(), progress.progress(self.options.progress) as show:
                 new, report = graph_pass.rewrite_graph(gm, example_inputs, self.options, title,
-                                                       decompositions, show)
+                                                       decompositions, show, guard_sizes)
         except DYNAMO_CONTROL:
             raise
         except Exception as e:  # an Ollie bug must not break the user's program

@@ -14,13 +14,15 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.fx as fx
 
+import codegen
+import ir
 from ollie import cache, region as region_mod
 from ollie.cost import measure
 from ollie.log import first_line
 from ollie.capture import regions as regions_mod
-from ollie.capture import rewrite, symbolic
+from ollie.capture import rewrite, size_range, symbolic
 from ollie.capture.samples import concrete, sample_like
-from ollie.numerics import max_relative_error, tolerance
+from ollie.numerics import max_relative_error
 
 ADOPTION_MARGIN = region_mod.ADOPTION_MARGIN
 
@@ -63,8 +65,11 @@ def sample_values(gm: fx.GraphModule, inputs: list, wanted: set) -> dict:
 
 
 def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
-                  decompositions: dict, show) -> tuple[fx.GraphModule | None, GraphReport]:
-    """The rewritten copy of ``gm`` (None when no region was adopted) and the report."""
+                  decompositions: dict, show, guard_sizes: bool = False
+                  ) -> tuple[fx.GraphModule | None, GraphReport]:
+    """The rewritten copy of ``gm`` (None when no region was adopted) and the report. With
+    ``guard_sizes``, a graph with symbolic sizes is guarded to the size range where each
+    region's choice holds (``ollie.capture.size_range``)."""
     report = GraphReport(title)
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
     translation = regions_mod.translate(gm)
@@ -94,8 +99,22 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
                    for n, why in translation.left.items()]
     adopted = [(r, rr) for r, rr in derived if rr.kernel is not None]
-    if not adopted:
-        return None, report
+    traced_programs = {}  # region root -> the traced program spliced in
+    if adopted:
+        new = _splice(gm, adopted, values, decompositions, dynamic, example_inputs,
+                      traced_programs)
+    else:
+        new = None
+    if dynamic and guard_sizes:
+        _guard_size_ranges(derived, traced_programs, values, decompositions, options,
+                           _shape_env(example_inputs))
+    return new, report
+
+
+def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
+            traced_programs: dict) -> fx.GraphModule | None:
+    """A copy of ``gm`` with the adopted regions' programs in place of their nodes (None when
+    none passed its last checks)."""
     new, mapping = rewrite.copy_graph(gm)
     spliced = 0
     for region, rr in adopted:
@@ -110,7 +129,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
         # trace cannot see, such as a raw Triton launch, would leave its output unwritten).
         with torch.no_grad():
             error = max_relative_error(traced(*operands), values[region.root])
-        if not error <= tolerance(values[region.root].dtype):
+        if not error <= rr.allowed_error:
             rr.kernel = None
             rr.decision = f"kept: the program traced into ATen differs (error {error:.2e})"
             continue
@@ -123,11 +142,65 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                 continue
         rewrite.splice(new, mapping[region.root],
                        [mapping[region.inputs[name]] for name in kernel.input_names], traced)
+        traced_programs[region.root] = traced
         spliced += 1
     if not spliced:
-        return None, report
+        return None
     rewrite.finish(new, example_inputs)
-    return new, report
+    return new
+
+
+def _guard_size_ranges(derived, traced_programs: dict, values, decompositions, options,
+                       shape_env, alternatives: int = 3) -> None:
+    """Guard the graph to the sizes where each region's choice (its program, or its original
+    nodes) does no more multiply-adds than its alternatives: the original nodes and the best
+    few distinct derived programs."""
+    for region, rr in derived:
+        try:
+            _guard_region(region, rr, traced_programs, values, decompositions, options,
+                          shape_env, alternatives)
+        except Exception:  # no range known: the choice holds where it was measured, unguarded
+            continue
+
+
+def _guard_region(region, rr, traced_programs, values, decompositions, options, shape_env,
+                  alternatives: int) -> None:
+    """Guard one region's choice against the original nodes and its best distinct
+    candidates (``_guard_size_ranges``)."""
+    def counted(program):  # the program's multiply-adds in the graph's size symbols
+        kernel = codegen.lower(program, backend="torch", fused=options.inductor)
+        operands = [values[region.inputs[name]] for name in kernel.input_names]
+        traced = _trace(region, kernel, operands, decompositions, True)
+        return _flops(region, traced, kernel.input_names)
+
+    original = size_range.flops(region.members)
+    if region.root in traced_programs:
+        chosen, others = _flops(region, traced_programs[region.root],
+                                rr.kernel.input_names), [original]
+        taken = {ir.fingerprint(rr.chosen)}
+    else:
+        chosen, others, taken = original, [], {ir.fingerprint(rr.original)}
+    for candidate in sorted(rr.candidates, key=lambda c: c.cost):
+        if len(others) > alternatives or ir.fingerprint(candidate.program) in taken:
+            continue
+        taken.add(ir.fingerprint(candidate.program))
+        try:
+            others.append(counted(candidate.program))
+        except Exception:  # a program that does not trace symbolically
+            continue
+    held = []
+    for other in others:
+        bounds = size_range.bounds(chosen, other, shape_env)
+        sizes = [d for m in (region.inputs[n].meta["val"] for n in sorted(region.inputs))
+                 if isinstance(m, torch.Tensor) for d in m.shape]
+        if bounds and size_range.guard(*bounds, sizes):
+            held.append(size_range.describe(*bounds))
+    rr.size_range = " and ".join(dict.fromkeys(held))
+
+
+def _flops(region, traced: fx.GraphModule, input_names):
+    metas = [region.inputs[n].meta["val"] for n in input_names]
+    return size_range.flops(traced.graph.nodes, size_range.renaming(traced, metas))
 
 
 MIN_REGION_S = 0.25  # the least share of the graph's budget a region is derived with

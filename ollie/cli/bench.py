@@ -46,10 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-s", type=positive_float, default=2.0,
                    help="Ollie's derivation budget")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
-    p.add_argument("--suite", choices=("cpu", "kernels", "models", "gpu"), default="cpu",
+    p.add_argument("--suite", choices=("cpu", "kernels", "models", "sizes", "gpu"),
+                   default="cpu",
                    help="cpu: the built-in suite (default); kernels: one-line kernels and a "
                    "DCGAN generator, where Ollie should cost nothing; models: small real "
-                   "models (ResNet-18, MobileNet-v3, BERT, GPT-2, MLP-Mixer, ...); gpu: "
+                   "models (ResNet-18, MobileNet-v3, BERT, GPT-2, MLP-Mixer, ...); sizes: "
+                   "functions called at a dozen sizes each (dynamic shapes); gpu: "
                    "EinNet's operators at EinNet's sizes on a CUDA device, against "
                    "max-autotune, with a roofline")
     p.add_argument("--export", action="store_true",
@@ -62,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the caches the first one left")
 
 
-SUITES = {"cpu": "bench_suite", "kernels": "bench_kernels", "models": "bench_models"}
+SUITES = {"cpu": "bench_suite", "kernels": "bench_kernels", "models": "bench_models",
+          "sizes": "bench_sizes"}
 
 
 def suite_cases(suite: str) -> "tuple[list[Case], dict[str, Case]]":
@@ -315,6 +318,10 @@ def run(args, out=None) -> int:
     if getattr(args, "first_call", False):
         from ollie.cli import first_call
         return first_call.run(suite, cases, args, out)
+    if suite == "sizes":
+        from ollie.cli import bench_sizes
+        _one_compile_worker()
+        return bench_sizes.run(cases, args, out)
     if not args.no_compile:
         _one_compile_worker()
     rows = []

@@ -1,0 +1,121 @@
+"""Choices that hold over a size range: a compiled graph is kept to the sizes where its choice
+is the right one.
+
+A rewrite is an identity at every size, but which form is faster can flip inside the range of
+a symbolic size: ``(a @ b) @ c`` against ``a @ (b @ c)`` when ``a``'s rows cross
+``k m n / (k m + m n - k n)``. Ollie chooses a region's form at the hints, by measurement.
+Here the chosen form and its alternative (the original nodes, or the best derived program
+when the original was kept) are traced with symbolic sizes and their multiply-adds counted
+with torch's flop formulas, as polynomials in the graph's size symbols. Where the count agrees
+with the measurement at the hints and the polynomials cross inside the symbol's range, the
+graph is guarded to the hints' side of the crossing (``s >= k`` or ``s <= k``): Dynamo keeps
+those guards with the compiled graph and compiles again on the other side, where Ollie
+chooses again, by measurement. A choice that holds over the whole range adds no guard, so a
+graph without a crossing is compiled once, as torch.compile compiles it.
+
+Only one-symbol crossings of inference graphs are guarded: a backward graph is compiled after
+Dynamo has installed its guards.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+import torch.fx as fx
+from torch.utils.flop_counter import flop_registry
+
+FAR = 1 << 31  # where an unbounded size range is taken to end
+
+
+def flops(nodes, renaming: dict | None = None) -> sympy.Expr:
+    """Multiply-adds of ``nodes`` (torch's flop formulas on their ``meta["val"]``), a
+    polynomial in the size symbols; ``renaming`` maps a traced graph's symbols to the
+    graph's."""
+    total = sympy.Integer(0)
+    for n in nodes:
+        formula = flop_registry.get(getattr(n.target, "overloadpacket", None))
+        if n.op != "call_function" or formula is None:
+            continue
+        args, kwargs = fx.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
+        count = formula(*args, **kwargs, out_val=n.meta.get("val"))
+        total += count.node.expr if isinstance(count, torch.SymInt) else sympy.Integer(count)
+    return total.xreplace(renaming) if renaming else total
+
+
+def renaming(traced: fx.GraphModule, metas: list) -> dict:
+    """The traced graph's size symbols as the graph's size expressions, read off the inputs."""
+    mapping = {}
+    for placeholder, meta in zip(traced.graph.find_nodes(op="placeholder"), metas):
+        for mine, theirs in zip(placeholder.meta["val"].shape, meta.shape):
+            if isinstance(mine, torch.SymInt) and isinstance(mine.node.expr, sympy.Symbol):
+                mapping[mine.node.expr] = theirs.node.expr if isinstance(theirs, torch.SymInt) \
+                    else sympy.Integer(theirs)
+    return mapping
+
+
+def bounds(chosen: sympy.Expr, other: sympy.Expr, shape_env) -> tuple | None:
+    """``(symbol, low, high)``: the range around the symbol's hint where ``chosen`` does no
+    more multiply-adds than ``other`` (``low``/``high`` None where that side is open), or None
+    when no guard is due (the counts do not cross, involve several symbols, or disagree with
+    the measurement at the hints)."""
+    diff = sympy.expand(chosen - other)
+    if len(diff.free_symbols) != 1:
+        return None
+    (s,) = diff.free_symbols
+    hint = shape_env.backed_var_to_val.get(s)
+    if hint is None or diff.subs(s, hint) > 0:
+        return None  # the count prefers the alternative here: the measurement decides alone
+    lower, upper = _range(s, shape_env)
+    roots = [round(complex(r).real, 6) for r in sympy.Poly(diff, s).nroots()
+             if abs(complex(r).imag) < 1e-9]
+    below = [r for r in roots if lower < r < hint]
+    above = [r for r in roots if hint < r < upper]
+    low = math.ceil(max(below)) if below else None  # a size at a crossing is a tie: kept
+    high = math.floor(min(above)) if above else None
+    if low is None and high is None:
+        return None
+    return s, low, high
+
+
+def guard(symbol: sympy.Symbol, low: int | None, high: int | None, sizes: list) -> bool:
+    """Install ``low <= symbol <= high`` as guards of the graph being compiled, through a
+    SymInt of ``sizes`` that is the symbol itself; whether one was found."""
+    for size in sizes:
+        if isinstance(size, torch.SymInt) and size.node.expr == symbol:
+            if low is not None:
+                assert bool(size >= low)  # the hint lies inside: this records a guard
+            if high is not None:
+                assert bool(size <= high)
+            return True
+    return False
+
+
+def guard_near_hints(example_inputs, factor: int) -> str:
+    """Guard every size symbol of ``example_inputs`` to at most ``factor`` times its hint;
+    the guards as text ("" when the sizes are static)."""
+    held = {}
+    for x in example_inputs:
+        sizes = x.shape if isinstance(x, torch.Tensor) else [x]
+        for size in sizes:
+            if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
+                continue
+            symbol = size.node.expr
+            if symbol not in held:
+                high = factor * int(size.node.shape_env.backed_var_to_val[symbol])
+                assert bool(size <= high)  # the hint lies inside: this records a guard
+                held[symbol] = describe(symbol, None, high)
+    return " and ".join(held.values())
+
+
+def describe(symbol, low: int | None, high: int | None) -> str:
+    return " and ".join(([f"{symbol} >= {low}"] if low is not None else []) +
+                        ([f"{symbol} <= {high}"] if high is not None else []))
+
+
+def _range(s: sympy.Symbol, shape_env) -> tuple[float, float]:
+    r = shape_env.var_to_range.get(s)
+    if r is None:
+        return 0, FAR
+    upper = r.upper if r.upper.is_finite else FAR
+    return float(r.lower), float(min(upper, FAR))

@@ -1,0 +1,136 @@
+"""``ollie bench --suite sizes``: one function called at many sizes, as real programs are.
+
+Each case is one function called with a dozen sizes in turn. Three compiled variants follow
+the whole sequence, each from its own code object: ``torch.compile`` and
+``torch.compile(backend="ollie")`` with torch's defaults (the second size makes Dynamo
+recompile with the size symbolic), and, at every size, a fresh Ollie compile with static
+sizes (``dynamic=False``): the speed-up a compile for exactly that size gets. Per size: the
+medians of interleaved rounds, Ollie's share of the static compile's speed-up over eager,
+and the first call at that size (compile time included); per case: the graphs each variant
+compiled, and Ollie's first calls at later sizes against its first.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ollie.cli.bench_suite import _randn
+
+
+@dataclass
+class SizeCase:
+    name: str
+    description: str
+    fn: Callable
+    inputs: Callable[[int], tuple]   # size -> arguments
+    sizes: tuple[int, ...]
+
+
+def chain_softmax(a, b, c):
+    return torch.softmax((a @ b) @ c, dim=-1)
+
+
+def rows_sum(x, w):
+    return torch.tanh((x @ w).sum(0))
+
+
+def chain(a, b, c):
+    return (a @ b) @ c
+
+
+_B1, _C1 = _randn(1024, 1024, seed=1), _randn(1024, 64, seed=2)
+_W = _randn(512, 512, seed=3)
+_B2, _C2 = _randn(512, 512, seed=4), _randn(512, 64, seed=5)
+
+CASES = [
+    SizeCase("chain_softmax", "softmax((a @ b) @ c), a: rows × 1024, b: 1024², c: 1024 × 64",
+             chain_softmax, lambda n: (_randn(n, 1024, seed=n), _B1, _C1),
+             (256, 384, 512, 640, 200, 300, 450, 700, 800, 900, 1000, 1300)),
+    SizeCase("rows_sum", "tanh((x @ w).sum(0)), x: rows × 512, w: 512²", rows_sum,
+             lambda n: (_randn(n, 512, seed=n), _W),
+             (256, 384, 512, 768, 1024, 1536, 2048, 300, 600, 900, 3000, 4096)),
+    SizeCase("chain_flip", "(a @ b) @ c, a: rows × 512, b: 512², c: 512 × 64: the best "
+             "order flips at 64 rows", chain, lambda n: (_randn(n, 512, seed=n), _B2, _C2),
+             (512, 384, 256, 128, 96, 32, 24, 16, 48, 1024, 80, 40)),
+]
+BY_NAME = {c.name: c for c in CASES}
+
+
+def run_case(case: SizeCase, repeat: int, budget_s: float) -> dict:
+    import ollie
+    from ollie.capture.eager_or_compiled import own_code
+    from ollie.cli.bench import max_relative_error, time_side_by_side
+    from torch._dynamo.utils import counters
+
+    compiled = torch.compile(own_code(case.fn, f"sizes_{case.name}_compile"))
+    backend = ollie.OllieBackend(ollie.Options(budget_s=budget_s))
+    optimized = torch.compile(own_code(case.fn, f"sizes_{case.name}_ollie"), backend=backend)
+    graphs = {"compile": 0, "ollie": 0}
+    rows = []
+    for size in case.sizes:
+        args = case.inputs(size)
+        with torch.no_grad():
+            expected = case.fn(*args)
+        row = {"size": size, "first_call_s": {}}
+        variants = {"eager": lambda: case.fn(*args)}
+        static = ollie.optimize(own_code(case.fn, f"sizes_{case.name}_static_{size}"),
+                                budget_s=budget_s, dynamic=False)
+        for name, f in (("compile", compiled), ("ollie", optimized), ("static", static)):
+            before = counters["stats"]["unique_graphs"]
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = f(*args)
+            row["first_call_s"][name] = time.perf_counter() - t0
+            if name == "compile":
+                graphs[name] += counters["stats"]["unique_graphs"] - before
+            row[f"{name}_error"] = max_relative_error(out, expected)
+            variants[name] = lambda f=f: f(*args)
+        times = time_side_by_side(variants, repeat)
+        row.update({f"{name}_ms": t * 1e3 for name, t in times.items()})
+        row["share_of_static"] = (times["eager"] / times["ollie"]) / \
+            (times["eager"] / times["static"])
+        rows.append(row)
+    graphs["ollie"] = backend.graphs  # (Dynamo's own count includes Ollie's calibration)
+    firsts = [r["first_call_s"]["ollie"] for r in rows]
+    return {"case": case.name, "description": case.description, "sizes": rows,
+            "graphs": graphs, "first_call_s": firsts[0], "later_first_calls_s": sum(firsts[1:]),
+            "match": all(r[f"{v}_error"] <= 1e-4 for r in rows
+                         for v in ("compile", "ollie", "static"))}
+
+
+def table(result: dict):
+    from rich.table import Table
+
+    g = result["graphs"]
+    t = Table(title=f"{result['case']}: {result['description']}",
+              caption=f"graphs compiled: torch.compile {g['compile']}, Ollie {g['ollie']}; "
+                      f"Ollie's first call {result['first_call_s']:.2f} s, later sizes' first "
+                      f"calls together {result['later_first_calls_s']:.2f} s")
+    for col in ("size", "eager ms", "compile ms", "ollie ms", "static ollie ms",
+                "ollie / static speed-up", "first call s (compile / ollie)", "max rel err"):
+        t.add_column(col, justify="right")
+    for r in result["sizes"]:
+        first = r["first_call_s"]
+        t.add_row(str(r["size"]), f"{r['eager_ms']:.3f}", f"{r['compile_ms']:.3f}",
+                  f"{r['ollie_ms']:.3f}", f"{r['static_ms']:.3f}",
+                  f"{r['share_of_static']:.2f}", f"{first['compile']:.2f} / {first['ollie']:.2f}",
+                  f"{max(r['ollie_error'], r['static_error']):.1e}")
+    return t
+
+
+def run(cases: list, args, out) -> int:
+    import json
+
+    from rich.console import Console
+
+    results = [run_case(case, args.repeat, args.budget_s) for case in cases]
+    if args.json:
+        print(json.dumps(results, indent=2), file=out)
+    else:
+        console = Console(file=out, width=None if out.isatty() else 160)
+        for result in results:
+            console.print(table(result))
+    return 0 if all(r["match"] for r in results) else 1
