@@ -21,7 +21,7 @@ from ollie.cache import Cache
 ROOT = Path(__file__).resolve().parents[3]
 
 WORKER = textwrap.dedent("""
-    import json, sys, torch, torch.distributed as dist
+    import json, os, sys, torch, torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
     import ollie
@@ -58,8 +58,12 @@ WORKER = textwrap.dedent("""
     from torch._dynamo.utils import counters
     derived = sum(1 for report in backend.reports for r in report.regions if not r.cached)
     print(json.dumps({"rank": rank, "losses": losses, "parameter_gap": gap,
-                      "graphs": counters["stats"]["unique_graphs"], "derived": derived}))
-    dist.destroy_process_group()
+                      "graphs": counters["stats"]["unique_graphs"], "derived": derived}),
+          flush=True)
+    dist.barrier()
+    # leave without torch's teardown: FSDP's and gloo's threads sometimes abort it
+    # ("terminate called without an active exception") after all the work is done
+    os._exit(0)
 """)
 
 
