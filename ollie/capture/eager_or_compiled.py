@@ -25,6 +25,7 @@ import torch.fx as fx
 
 from ollie import cache, cache_entry
 from ollie.capture.samples import sample_like
+from ollie.capture.symbolic import has_symbolic_sizes
 from ollie.cost import measure
 
 ADOPTION_MARGIN = cache_entry.ADOPTION_MARGIN
@@ -103,10 +104,12 @@ def stored(store: cache.Cache | None, k: str) -> Choice | None:
 def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
            store: cache.Cache | None, k: str) -> Choice:
     """Time ``gm`` itself against ``compiled`` (the baseline) on sample inputs; eager runs
-    only when it is faster by the margin. Where eager would let Dynamo skip the function,
-    the compiled side also pays Dynamo's frame and guards on every call: that is added."""
+    only when it is faster by the margin. Where eager would let Dynamo skip the function
+    (a whole function at static sizes), the compiled side also pays Dynamo's frame and guards
+    on every call: that is added."""
     inputs = sample_like(example_inputs)
-    frame = dynamo_call_overhead() if whole_user_function(gm) else 0.0
+    skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs)
+    frame = dynamo_call_overhead() if skippable else 0.0
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)
