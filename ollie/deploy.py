@@ -20,15 +20,20 @@ package must ``import ollie`` (or ``codegen.ops``) first.
 """
 from __future__ import annotations
 
+import copy
+import warnings
+
 import torch
 import torch.fx as fx
 from torch.export.graph_signature import (
     ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec, TensorArgument,
 )
 
-from ollie import progress
+from ollie import log, progress
 from ollie.capture import backend, graph_pass
 from ollie.capture.aten import is_view
+from ollie.capture.report import graph_line
+from ollie.log import first_line
 from ollie.options import Options
 
 WEIGHTS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -46,8 +51,16 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     options = options if isinstance(options, Options) else Options.from_dict(options)
     ep = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes,
                              strict=strict).run_decompositions()
-    gm = _rewritten(ep, options, report)
-    return _with_folded_weights(ep, gm)
+    try:
+        gm = _rewritten(ep, options, report)
+    except Exception as e:  # an Ollie bug must not cost the user the export
+        _warn(f"the exported graph is left as torch.export made it: {first_line(e)}")
+        gm = ep.graph_module
+    try:
+        return _with_folded_weights(ep, copy.deepcopy(gm))
+    except Exception as e:
+        _warn(f"the program is left as torch.export made it: {first_line(e)}")
+        return ep
 
 
 def _rewritten(ep, options: Options, report: list | None) -> fx.GraphModule:
@@ -60,6 +73,10 @@ def _rewritten(ep, options: Options, report: list | None) -> fx.GraphModule:
             gm, fakes, options, "exported graph", backend._decompositions(), show)
         if new is not None:
             graph_report.adopted = _faster_when_compiled(gm, new, fakes, graph_report, options)
+    line = f"ollie: {graph_line(graph_report)}"
+    log.log.info("%s", line)
+    if options.verbose:
+        print(line)
     if report is not None:
         report.append(graph_report)
     return new if new is not None and graph_report.adopted else gm
@@ -151,6 +168,10 @@ def _read_outside(n: fx.Node, constant: dict) -> bool:
     """Whether a node that is not constant reads ``n``, directly or through views of it."""
     return any(u not in constant or (is_view(u.target) and _read_outside(u, constant))
                for u in n.users)
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"ollie.export: {message}", backend.OllieWarning, stacklevel=3)
 
 
 def _pure(n: fx.Node) -> bool:

@@ -123,3 +123,18 @@ def test_dynamic_batch_exports_and_runs_at_other_sizes():
 def test_a_function_is_refused_with_a_clear_error():
     with pytest.raises(TypeError, match="expected an nn.Module"):
         ollie.export(lambda x: x, (torch.randn(2),))
+
+
+def test_an_ollie_failure_leaves_the_export_as_torch_made_it(monkeypatch):
+    from ollie.capture import graph_pass
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(graph_pass, "rewrite_graph", broken)
+    torch.manual_seed(0)
+    model, x = Scaled().eval(), torch.randn(4, 16)
+    with pytest.warns(ollie.OllieWarning, match="a bug"):
+        ep = ollie.export(model, (x,), options=FAST)
+    with torch.no_grad():
+        assert torch.allclose(ep.module()(x), model(x), atol=1e-5)
