@@ -20,7 +20,7 @@ from ollie import cache, region as region_mod
 from ollie.cost import measure
 from ollie.log import first_line
 from ollie.capture import regions as regions_mod
-from ollie.capture import rewrite, size_range, symbolic
+from ollie.capture import contractions, rewrite, size_range, symbolic
 from ollie.capture.samples import concrete, sample_like
 from ollie.numerics import max_relative_error
 
@@ -102,7 +102,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     traced_programs = {}  # region root -> the traced program spliced in
     if adopted:
         new = _splice(gm, adopted, values, decompositions, dynamic, example_inputs,
-                      traced_programs)
+                      traced_programs, options.inductor)
     else:
         new = None
     if dynamic and guard_sizes:
@@ -111,10 +111,17 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     return new, report
 
 
+GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts); "
+             "Inductor fuses the work around them in either form")
+
+
 def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
-            traced_programs: dict) -> fx.GraphModule | None:
+            traced_programs: dict, inductor: bool) -> fx.GraphModule | None:
     """A copy of ``gm`` with the adopted regions' programs in place of their nodes (None when
-    none passed its last checks)."""
+    none passed its last checks). Under Inductor, a program that runs the original's
+    contractions unchanged is not spliced: its measured gain was over the region run
+    eagerly, which Inductor's fusion of the original earns as well (and judging it would
+    take a second compile of the whole graph)."""
     new, mapping = rewrite.copy_graph(gm)
     spliced = 0
     for region, rr in adopted:
@@ -124,6 +131,9 @@ def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
             traced = _trace(region, kernel, operands, decompositions, dynamic)
         except symbolic.SizeSpecific as e:
             rr.kernel, rr.decision = None, f"kept: {e}"
+            continue
+        if inductor and _same_contractions(region, traced):
+            rr.kernel, rr.decision = None, GLUE_ONLY
             continue
         # What runs is the traced graph, so it is what is checked (a kernel whose work the
         # trace cannot see, such as a raw Triton launch, would leave its output unwritten).
@@ -196,6 +206,11 @@ def _guard_region(region, rr, traced_programs, values, decompositions, options, 
         if bounds and size_range.guard(*bounds, sizes):
             held.append(size_range.describe(*bounds))
     rr.size_range = " and ".join(dict.fromkeys(held))
+
+
+def _same_contractions(region, traced: fx.GraphModule) -> bool:
+    mine = contractions.signature(traced.graph.nodes)
+    return bool(mine) and mine == contractions.signature(region.members)
 
 
 def _flops(region, traced: fx.GraphModule, input_names):

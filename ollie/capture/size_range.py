@@ -23,23 +23,16 @@ import math
 import sympy
 import torch
 import torch.fx as fx
-from torch.utils.flop_counter import flop_registry
+
+from ollie.capture import contractions
 
 FAR = 1 << 31  # where an unbounded size range is taken to end
 
 
 def flops(nodes, renaming: dict | None = None) -> sympy.Expr:
-    """Multiply-adds of ``nodes`` (torch's flop formulas on their ``meta["val"]``), a
-    polynomial in the size symbols; ``renaming`` maps a traced graph's symbols to the
-    graph's."""
-    total = sympy.Integer(0)
-    for n in nodes:
-        formula = flop_registry.get(getattr(n.target, "overloadpacket", None))
-        if n.op != "call_function" or formula is None:
-            continue
-        args, kwargs = fx.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
-        count = formula(*args, **kwargs, out_val=n.meta.get("val"))
-        total += count.node.expr if isinstance(count, torch.SymInt) else sympy.Integer(count)
+    """Flops of the contractions among ``nodes``, a polynomial in the size symbols;
+    ``renaming`` maps a traced graph's symbols to the graph's."""
+    total = sum((count for _, count in contractions.counted(nodes)), sympy.Integer(0))
     return total.xreplace(renaming) if renaming else total
 
 

@@ -1,0 +1,34 @@
+"""The contractions of a graph as data: a rewrite that only moves elementwise work around
+them keeps the signature; one that changes a product's work or layout does not."""
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ollie.capture import contractions
+
+
+def nodes(fn, *args):
+    return make_fx(fn)(*args).graph.nodes
+
+
+a, b, w = torch.randn(64, 32), torch.randn(32, 16), torch.randn(16)
+
+
+def test_scaling_before_or_after_a_product_keeps_its_signature():
+    before = nodes(lambda a, b, w: (a @ b) * w, a, b, w)
+    after = nodes(lambda a, b, w: a @ (b * w), a, b, w)
+    assert contractions.signature(before) == contractions.signature(after) != []
+
+
+def test_another_order_or_layout_changes_it():
+    c = torch.randn(16, 8)
+    left = nodes(lambda a, b, c: (a @ b) @ c, a, b, c)
+    right = nodes(lambda a, b, c: a @ (b @ c), a, b, c)
+    assert contractions.signature(left) != contractions.signature(right)
+    transposed = nodes(lambda a, b: a @ b.t().contiguous().t(), a, b)
+    assert contractions.signature(nodes(lambda a, b: a @ b, a, b)) != \
+        contractions.signature(transposed)
+
+
+def test_flops_are_counted_per_contraction():
+    ((node, count),) = contractions.counted(nodes(lambda a, b: torch.relu(a @ b), a, b))
+    assert node.target == torch.ops.aten.mm.default and count == 2 * 64 * 32 * 16  # flops
