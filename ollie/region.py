@@ -130,12 +130,13 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     report = RegionReport(region.root.name, [_op_name(m) for m in region.members], region.expr)
     tensors = {name: reference[node] for name, node in region.inputs.items()}
     expected = reference[region.root]
-    report.allowed_error = allowed_error(expected, exact_value(region, reference))
     store = cache.Cache(options.cache_dir) if options.cache else None
     key = cache.region_key(region.expr, tensors) if store else None
     # processes sharing the folder (the ranks of a job) derive each decision once
     with decision_lock(store, key) if store else nullcontext():
         entry = store.get(key) if store else None
+        if not entry or entry.get("decision") == ADOPTED:  # a program will be checked
+            report.allowed_error = allowed_error(expected, exact_value(region, reference))
         if _from_cache(report, entry, tensors, expected, options):  # within noise: `ollie tune`
             return report
         with progress.progress(options.progress) if show is None else nullcontext(show) as show:
@@ -214,7 +215,8 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
                         f"/{total} ({backend})")
             results += measure.measure_candidates(
                 [candidate], tensors, expected, cap=options.measure_cap_s, backend=backend,
-                rtol=report.allowed_error, record=options.cache, labels={"family": "region", "case": report.root_name},
+                rtol=report.allowed_error, record=options.cache,
+                labels={"family": "region", "case": report.root_name},
                 cache_dir=options.cache_dir, fused=options.inductor)
             labels.append(backend)
     report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds,
@@ -297,17 +299,17 @@ def exact_value(region, values: dict) -> torch.Tensor | None:
     root = values.get(region.root)
     if not isinstance(root, torch.Tensor) or root.dtype not in LOW_PRECISION:
         return None
-    members = set(region.members)
-    env = {n: v.double() if isinstance(v, torch.Tensor) and v.dtype in LOW_PRECISION else v
-           for n, v in values.items() if n not in members}
+    members, env = set(region.members), {}
     try:
         with torch.no_grad():
             for m in region.members:
-                for a in m.all_input_nodes:
-                    if a not in env:
-                        return None
+                for a in m.all_input_nodes:  # the region's inputs and the sizes it reads
+                    if a not in members and a not in env:
+                        v = values[a]
+                        low = isinstance(v, torch.Tensor) and v.dtype in LOW_PRECISION
+                        env[a] = v.double() if low else v
                 env[m] = run_node(m, env)
-    except Exception:  # an op with a fixed dtype, or none in float64: the dtype's tolerance
+    except Exception:  # a value not at hand, an op with a fixed dtype or none in float64
         return None
     return env[region.root]
 

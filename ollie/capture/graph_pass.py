@@ -198,11 +198,11 @@ def _guard_region(region, rr, traced_programs, values, decompositions, options, 
             others.append(counted(candidate.program))
         except Exception:  # a program that does not trace symbolically
             continue
+    sizes = [d for m in (region.inputs[n].meta["val"] for n in sorted(region.inputs))
+             if isinstance(m, torch.Tensor) for d in m.shape]
     held = []
     for other in others:
         bounds = size_range.bounds(chosen, other, shape_env)
-        sizes = [d for m in (region.inputs[n].meta["val"] for n in sorted(region.inputs))
-                 if isinstance(m, torch.Tensor) for d in m.shape]
         if bounds and size_range.guard(*bounds, sizes):
             held.append(size_range.describe(*bounds))
     rr.size_range = " and ".join(dict.fromkeys(held))

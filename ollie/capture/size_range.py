@@ -77,11 +77,17 @@ def guard(symbol: sympy.Symbol, low: int | None, high: int | None, sizes: list) 
     for size in sizes:
         if isinstance(size, torch.SymInt) and size.node.expr == symbol:
             if low is not None:
-                assert bool(size >= low)  # the hint lies inside: this records a guard
+                _record(size >= low)
             if high is not None:
-                assert bool(size <= high)
+                _record(size <= high)
             return True
     return False
+
+
+def _record(condition: torch.SymBool) -> None:
+    """Evaluating a size condition records it as a guard of the graph being compiled."""
+    if not bool(condition):  # the hint always lies inside the range it is guarded to
+        raise AssertionError(f"ollie: a size guard excludes its own hint: {condition}")
 
 
 def guard_near_hints(example_inputs, factor: int) -> str:
@@ -96,7 +102,7 @@ def guard_near_hints(example_inputs, factor: int) -> str:
             symbol = size.node.expr
             if symbol not in held:
                 high = factor * int(size.node.shape_env.backed_var_to_val[symbol])
-                assert bool(size <= high)  # the hint lies inside: this records a guard
+                _record(size <= high)
                 held[symbol] = describe(symbol, None, high)
     return " and ".join(held.values())
 
