@@ -30,8 +30,7 @@ from torch.export.graph_signature import (
 )
 
 from ollie import log, progress
-from ollie.capture import backend, graph_pass
-from ollie.capture.aten import is_view
+from ollie.capture import backend, folding, graph_pass
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
@@ -108,8 +107,6 @@ def _with_folded_weights(ep, gm: fx.GraphModule) -> torch.export.ExportedProgram
     values = {n: weights[s.target] for n, s in specs.items()
               if s.kind in WEIGHTS and s.target not in mutated
               and isinstance(weights[s.target], torch.Tensor)}
-    for n in gm.graph.find_nodes(op="get_attr"):  # index tensors of spliced programs
-        values[n] = getattr(gm, n.target)
     folded = _fold(gm, values)
     # constants go before the user's inputs, as torch.export orders them
     anchor = next((n for n, s in specs.items() if s.kind == InputKind.USER_INPUT), None)
@@ -140,41 +137,14 @@ def _with_folded_weights(ep, gm: fx.GraphModule) -> torch.export.ExportedProgram
 
 
 def _fold(gm: fx.GraphModule, values: dict) -> dict[fx.Node, torch.Tensor]:
-    """The values of the outermost computations that read only ``values``' nodes (weights),
-    computed once, and of the tensors held as attributes that the rest reads: all become the
-    program's constants. Views are not folded on their own (that would copy a weight): a view
-    that reads a folded computation stays and reads the constant. Nor is a computation whose
-    result is larger than the weights it reads (an expand made dense, say)."""
-    constant = dict(values)
-    read = {n: v.numel() for n, v in values.items()}  # elements of weights each node reads
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or n in constant or not _pure(n):
-            continue
-        if n.all_input_nodes and all(a in constant for a in n.all_input_nodes):
-            args, kwargs = fx.map_arg((n.args, n.kwargs), lambda a: constant[a])
-            with torch.no_grad():
-                constant[n] = n.target(*args, **kwargs)
-            read[n] = sum(read[a] for a in n.all_input_nodes)
-    folded = {}
-    for n, value in constant.items():
-        computed = (n not in values or n.op == "get_attr") and not is_view(n.target)
-        if computed and isinstance(value, torch.Tensor) and value.numel() <= read[n] \
-                and _read_outside(n, constant):
-            folded[n] = value
-    return folded
-
-
-def _read_outside(n: fx.Node, constant: dict) -> bool:
-    """Whether a node that is not constant reads ``n``, directly or through views of it."""
-    return any(u not in constant or (is_view(u.target) and _read_outside(u, constant))
-               for u in n.users)
+    """The values of ``folding.foldable`` computations on the weights ``values`` (and of the
+    tensors held as attributes that the rest reads): all become the program's constants."""
+    weights = list(values)
+    frontier = folding.foldable(gm, set(weights))
+    program = folding.fold_program(gm, weights, frontier)
+    with torch.no_grad():
+        return dict(zip(frontier, program(*(values[w] for w in weights))))
 
 
 def _warn(message: str) -> None:
     warnings.warn(f"ollie.export: {message}", backend.OllieWarning, stacklevel=3)
-
-
-def _pure(n: fx.Node) -> bool:
-    tags = getattr(n.target, "tags", ())
-    return isinstance(n.target, torch._ops.OpOverload) and \
-        torch.Tag.nondeterministic_seeded not in tags and not n.target._schema.is_mutable

@@ -29,7 +29,7 @@ import warnings
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import eager_or_compiled, graph_pass, size_range
+from ollie.capture import eager_or_compiled, folding, graph_pass, size_range
 from ollie.capture.cache_identity import CacheIdentity
 from ollie.capture.report import graph_line
 from ollie.log import first_line
@@ -166,10 +166,12 @@ class OllieBackend:
         if stored is not None:  # measured before: compile only the winner
             report.adopted = stored
             self._announce(report)
-            return compile_fx_inner(new if stored else gm, example_inputs, **kwargs)
+            if stored:
+                return _compile_rewritten(new, example_inputs, kwargs, report)
+            return compile_fx_inner(gm, example_inputs, **kwargs)
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = _take_output_strides()  # each compile reports its outputs' strides to AOT
-        rewritten = compile_fx_inner(new, example_inputs, **kwargs)
+        rewritten = _compile_rewritten(new, example_inputs, kwargs, report)
         with _real_computation():
             report.adopted = graph_pass.compare(original, rewritten, example_inputs, report,
                                                 self.options, key)
@@ -238,6 +240,23 @@ def _real_computation():
 
     with unset_fake_temporarily(), no_python_dispatcher():
         yield
+
+
+def _compile_rewritten(new, example_inputs, kwargs: dict, report):
+    """Inductor's compile of a rewritten graph; in an inference graph, with what reads only
+    weights (parameters, buffers) folded and recomputed only when a weight changes
+    (``ollie.capture.folding``)."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    weights = list(kwargs.get("static_input_idxs") or [])
+    split = folding.fold(new, weights) if kwargs.get("is_inference") and weights else None
+    if split is None:
+        return compile_fx_inner(new, example_inputs, **kwargs)
+    program, graph = split
+    placeholders = graph.graph.find_nodes(op="placeholder")
+    inputs = list(example_inputs) + [n.meta["val"] for n in placeholders[len(example_inputs):]]
+    report.folded = len(placeholders) - len(example_inputs)
+    return folding.FoldedWeights(compile_fx_inner(graph, inputs, **kwargs), program, weights)
 
 
 def _compile_with_inductor(gm, example_inputs, inner, options=None):

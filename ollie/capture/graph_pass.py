@@ -1,5 +1,5 @@
-"""One ATen graph through Ollie: translate, derive each worthwhile region, verify, measure,
-rewrite.
+"""One ATen graph through Ollie: substitute (``ollie.capture.graph_rules``), translate, derive
+each worthwhile region, verify, measure, rewrite.
 
 The graph's example inputs are fake (shapes, no data), so Ollie samples real ones of the same
 shapes, dtypes and layouts, runs the original graph once on them to get every value a region
@@ -20,9 +20,9 @@ from ollie import cache, region as region_mod
 from ollie.cost import measure
 from ollie.log import first_line
 from ollie.capture import regions as regions_mod
-from ollie.capture import contractions, rewrite, size_range, symbolic
+from ollie.capture import contractions, graph_rules, rewrite, size_range, symbolic
 from ollie.capture.samples import concrete, sample_like
-from ollie.numerics import max_relative_error
+from ollie.numerics import allowed_error, max_relative_error
 
 ADOPTION_MARGIN = region_mod.ADOPTION_MARGIN
 
@@ -37,6 +37,8 @@ class GraphReport:
     timing_cached: bool = False                  # the comparison came from the disk cache
     adopted: bool = False                        # the rewritten graph is what runs
     remeasured: int = 0                          # a stored comparison within noise, again
+    substitutions: list = field(default_factory=list)  # graph substitutions applied
+    folded: int = 0                              # weight-only computations folded
 
     @property
     def adopted_regions(self) -> list:
@@ -72,6 +74,9 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     region's choice holds (``ollie.capture.size_range``)."""
     report = GraphReport(title)
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
+    substituted = _substitute(gm, example_inputs, report)
+    if substituted is not None:
+        gm = substituted
     translation = regions_mod.translate(gm)
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     chosen = []
@@ -85,15 +90,15 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
                    for n, why in translation.left.items()]
     if not chosen:
-        report.note = "no region worth deriving"
-        return None, report
+        report.note = None if substituted is not None else "no region worth deriving"
+        return substituted, report
     inputs = sample_like(example_inputs)
     wanted = {n for r in chosen for n in [r.root, *r.inputs.values(), *_sizes_read(r)]}
     try:
         values = sample_values(gm, inputs, wanted)
     except Exception as e:  # the graph does not run on sampled data (data-dependent checks)
         report.note = f"could not run the graph on sample inputs: {first_line(e)}"
-        return None, report
+        return substituted, report
     derived = derive_within_budget(chosen, values, options, show, translation.left)
     report.regions = [rr for _, rr in derived]
     report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
@@ -108,7 +113,43 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     if dynamic and guard_sizes:
         _guard_size_ranges(derived, traced_programs, values, decompositions, options,
                            _shape_env(example_inputs))
-    return new, report
+    return (new if new is not None else substituted), report
+
+
+def _substitute(gm, example_inputs, report: GraphReport) -> fx.GraphModule | None:
+    """``gm`` with the graph substitutions applied, when they give every output of ``gm``
+    on sample inputs (None when none applies or the check fails; the report says which)."""
+    try:
+        new, applied = graph_rules.substitute(gm, example_inputs)
+    except Exception as e:  # a rule that does not fit this graph: the graph as it is
+        report.left.append(("graph substitutions", "", f"not applied: {first_line(e)}"))
+        return None
+    if new is None:
+        return None
+    inputs = sample_like(example_inputs)
+    fresh = lambda: [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        expected = torch.utils._pytree.tree_leaves(gm(*fresh()))
+        got = torch.utils._pytree.tree_leaves(new(*fresh()))
+        exact = _float64_outputs(gm, fresh())
+    for i, (e, g) in enumerate(zip(expected, got)):
+        if isinstance(e, torch.Tensor) and not \
+                max_relative_error(g, e) <= allowed_error(e, exact[i] if exact else None):
+            report.left.append(("graph substitutions", "",
+                                f"not applied: output {i} differs after them"))
+            return None
+    report.substitutions = applied
+    return new
+
+
+def _float64_outputs(gm, inputs) -> list | None:
+    """``gm``'s outputs computed in float64 (None where the graph does not run so)."""
+    wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs]
+    try:
+        return torch.utils._pytree.tree_leaves(gm(*wide))
+    except Exception:  # an op with a fixed dtype, or none in float64
+        return None
 
 
 GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts); "
@@ -317,4 +358,5 @@ def comparison_key(gm: fx.GraphModule, example_inputs, report: GraphReport) -> s
                            x.device.type)).encode())
     for r in report.adopted_regions:
         h.update(r.cache_entry()["program"].encode())
+    h.update(repr(report.substitutions).encode())
     return "graph-" + h.hexdigest()

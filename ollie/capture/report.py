@@ -53,6 +53,8 @@ def graph_line(report) -> str:
     """One ATen graph in a line: "forward graph 1: 1/2 regions rewritten (1.31× compiled)"."""
     adopted = len(report.adopted_regions) if report.adopted else 0
     text = f"{report.title}: {adopted}/{len(report.regions)} regions rewritten"
+    if report.substitutions and report.adopted:
+        text += f", {len(report.substitutions)} graph substitution(s)"
     if report.timing:
         text += f" ({report.timing[0] / report.timing[1]:.2f}× compiled)"
     elif report.note:
@@ -66,6 +68,13 @@ def describe_graph(report) -> list[str]:
              f"{len(adopted)} rewritten"]
     if report.note:
         lines.append(f"    {report.note}")
+    if report.substitutions:
+        state = "adopted" if report.adopted else "not adopted"
+        lines.append(f"    graph substitutions ({state}):")
+        lines.extend(f"      {line}" for line in report.substitutions)
+    if report.folded:
+        lines.append(f"    {report.folded} computation(s) on weights alone folded: done once, "
+                     "again when a weight changes")
     for r in report.regions:
         text = r.describe(adopted=r in adopted)
         lines.extend("    " + line for line in text.splitlines())

@@ -1,0 +1,135 @@
+"""Graph substitutions (``ollie.capture.graph_rules``) and folded weights
+(``ollie.capture.folding``): each rule on an ATen graph, and through the backend."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import ollie
+from ollie.capture import folding, graph_rules
+
+aten = torch.ops.aten
+
+
+def graph_of(fn, *args):
+    """``fn``'s ATen graph with fake values on every node, and its fake inputs."""
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    return gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+
+
+def count(gm, target) -> int:
+    return sum(n.target == target for n in gm.graph.nodes)
+
+
+def same_outputs(gm, new, args):
+    for a, b in zip(torch.utils._pytree.tree_leaves(gm(*args)),
+                    torch.utils._pytree.tree_leaves(new(*args))):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_products_of_slices_by_one_weight_become_one_product_on_the_whole_input():
+    def fn(x, w):  # an unrolled recurrence's input side: x_t @ W for every step t
+        return [torch.tanh(x[t] @ w) for t in range(x.shape[0])]
+    args = (torch.randn(6, 3, 8), torch.randn(8, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert count(gm, aten.mm.default) == 6 and count(new, aten.mm.default) == 1
+    assert count(new, aten.cat.default) == 0  # the steps tile x: no copy of the input
+    assert any(a.startswith("shared_rhs") for a in applied)
+    same_outputs(gm, new, args)
+
+
+def test_linear_maps_of_one_input_become_one_product_of_concatenated_weights():
+    def fn(x, wq, bq, wk, bk, wv, bv):
+        return F.linear(x, wq, bq), F.linear(x, wk, bk), F.linear(x, wv, bv)
+    args = (torch.randn(4, 16), *[t for _ in range(3)
+                                  for t in (torch.randn(8, 16), torch.randn(8))])
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert count(new, aten.addmm.default) == 1, new.code
+    assert applied[0].startswith("shared_lhs")
+    same_outputs(gm, new, args)
+
+
+def test_a_recurrence_is_not_merged_with_itself():
+    def fn(h, u):  # each product reads the previous one
+        for _ in range(4):
+            h = torch.tanh(h @ u)
+        return h
+    gm, fakes = graph_of(fn, torch.randn(2, 8), torch.randn(8, 8))
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert new is None and applied == []
+
+
+def test_a_loop_of_convolutions_over_channel_groups_becomes_one_grouped_convolution():
+    def fn(x, *ws):
+        return torch.cat([F.conv2d(p, w, padding=1) for p, w in zip(x.chunk(4, 1), ws)], 1)
+    args = (torch.randn(2, 8, 6, 6), *[torch.randn(3, 2, 3, 3) for _ in range(4)])
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    convs = [n for n in new.graph.nodes if n.target == aten.convolution.default]
+    assert len(convs) == 1 and convs[0].args[8] == 4, new.code
+    assert count(new, aten.cat.default) == 1  # the weights'; the outputs' cat is gone
+    same_outputs(gm, new, args)
+
+
+def test_convolutions_of_one_input_merge_and_convolutions_of_different_kernels_do_not():
+    def fn(x, a, b, c):  # Inception-style 1×1 branches, and a 3×3 one
+        return F.conv2d(x, a), F.conv2d(x, b), F.conv2d(x, c, padding=1)
+    args = (torch.randn(1, 4, 5, 5), torch.randn(2, 4, 1, 1), torch.randn(3, 4, 1, 1),
+            torch.randn(2, 4, 3, 3))
+    gm, fakes = graph_of(fn, *args)
+    new, _ = graph_rules.substitute(gm, fakes)
+    assert count(new, aten.convolution.default) == 2
+    same_outputs(gm, new, args)
+
+
+def test_computations_on_weights_alone_fold_and_views_of_weights_do_not():
+    def fn(x, w1, w2, b):
+        return x @ (w1 @ w2) + b.t()
+    gm, _ = graph_of(fn, torch.randn(2, 4), torch.randn(4, 4), torch.randn(4, 4),
+                     torch.randn(4, 1))
+    x, w1, w2, b = gm.graph.find_nodes(op="placeholder")
+    folded = folding.foldable(gm, {w1, w2, b})
+    assert [n.target for n in folded] == [aten.mm.default]  # w1 @ w2, not b.t()
+
+
+class RNNCell(nn.Module):
+    """An unrolled Elman cell: the input side of every step reads the same weight."""
+
+    def __init__(self, n=32, hidden=32):
+        super().__init__()
+        self.inp, self.rec = nn.Linear(n, hidden), nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, xs):
+        h = torch.zeros(xs.shape[1], self.rec.in_features)
+        for t in range(xs.shape[0]):
+            h = torch.tanh(self.inp(xs[t]) + self.rec(h))
+        return h
+
+
+def test_an_unrolled_rnn_runs_its_input_products_as_one_through_the_backend():
+    torch.manual_seed(0)
+    cell, xs = RNNCell().eval(), torch.randn(12, 2, 32)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    with torch.no_grad():
+        out = torch.compile(cell, backend=backend)(xs)
+        torch.testing.assert_close(out, cell(xs), rtol=1e-5, atol=1e-5)
+    applied = [s for r in backend.reports for s in r.substitutions]
+    assert any(s.startswith("shared_rhs: 12 ×") for s in applied), applied
+
+
+def test_a_folded_weight_product_follows_every_change_of_the_weights():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 512, bias=False), nn.Linear(512, 8, bias=False)).eval()
+    x = torch.randn(128, 512)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        assert any(r.folded for r in backend.reports if r.adopted)
+        model[0].weight.mul_(-2)  # in place: the version counter moves
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        fresh = nn.Sequential(nn.Linear(512, 512, bias=False), nn.Linear(512, 8, bias=False))
+        model.load_state_dict(fresh.state_dict())
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
