@@ -29,7 +29,7 @@ import warnings
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import eager_or_compiled, folding, graph_pass, size_range
+from ollie.capture import eager_or_compiled, folding, graph_pass, rewrite, size_range
 from ollie.capture.cache_identity import CacheIdentity
 from ollie.capture.report import graph_line
 from ollie.log import first_line
@@ -158,6 +158,10 @@ class OllieBackend:
         decompositions = kwargs.get("get_decomp_fn", _decompositions)()
         new, report = self._rewrite(gm, example_inputs, title, decompositions,
                                     guard_sizes=_kind(kwargs) == "inference")
+        weights = list(kwargs.get("static_input_idxs") or [])
+        if new is None and kwargs.get("is_inference") and weights and \
+                folding.saves_work(gm, weights):  # folding alone is the rewrite
+            new = rewrite.copy_graph(gm)[0]
         if new is None:
             self._announce(report)
             return compile_fx_inner(gm, example_inputs, **kwargs)

@@ -23,6 +23,7 @@ import torch.fx as fx
 
 
 MAX_WEIGHT_SETS = 16  # distinct sets of weights whose folds are kept (layers sharing code)
+WORTH_FOLDING = 0.1   # the least share of a graph's contraction work that folding alone earns
 
 
 def foldable(gm: fx.GraphModule, weights: set[fx.Node]) -> list[fx.Node]:
@@ -42,6 +43,23 @@ def foldable(gm: fx.GraphModule, weights: set[fx.Node]) -> list[fx.Node]:
     return [n for n in gm.graph.nodes if n in constant and n not in weights
             and not _aliases(n) and 0 <= _numel(n) <= read[n]
             and _read_outside(n, constant)]
+
+
+def saves_work(gm: fx.GraphModule, weight_positions: list[int]) -> bool:
+    """Whether the contractions on weights alone (a product of weight matrices) are at least
+    ``WORTH_FOLDING`` of the graph's contraction work: then folding is worth a compile of
+    its own even where nothing else is rewritten."""
+    from ollie.capture.contractions import counted
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    weights = [placeholders[i] for i in weight_positions]
+    frontier = [n for n in foldable(gm, set(weights)) if n.op != "get_attr"]
+    if not frontier:
+        return False
+    folded = [f for _, f in counted(fold_program(gm, weights, frontier).graph.nodes)]
+    total = [f for _, f in counted(gm.graph.nodes)]
+    if not all(f.is_Integer for f in folded + total):
+        return False  # symbolic work: not compared here
+    return sum(folded) > 0 and sum(folded) >= WORTH_FOLDING * sum(total)
 
 
 def fold(gm: fx.GraphModule, weight_positions: list[int]
@@ -73,6 +91,7 @@ def fold_program(gm: fx.GraphModule, weights: list[fx.Node], frontier: list[fx.N
     graph, mapping = fx.Graph(), {}
     for w in weights:
         mapping[w] = graph.placeholder(w.name)
+        mapping[w].meta = dict(w.meta)
     wanted = set()
     stack = list(frontier)
     while stack:

@@ -78,7 +78,29 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
         rewrite.finish(new, example_inputs)  # fresh meta["val"] for the next round's matches
     if not applied:
         return None, []
+    _keep_output_layouts(gm, new)
+    rewrite.finish(new, example_inputs)
     return new, applied
+
+
+def _keep_output_layouts(gm: fx.GraphModule, new: fx.GraphModule) -> None:
+    """Outputs laid out as before: a piece of a merged result is a strided slice, where the
+    original output (a user's value, or a tensor a backward graph saved) was contiguous."""
+    from ollie.capture.rewrite import same_layout
+    before = gm.graph.output_node().args[0]
+    output = new.graph.output_node()
+    single = isinstance(before, fx.Node)
+    before, after = ([before], [output.args[0]]) if single else (before, list(output.args[0]))
+    for i, (a, b) in enumerate(zip(before, after)):
+        if not isinstance(b, fx.Node) or not isinstance(b.meta.get("val"), torch.Tensor) or \
+                same_layout(b.meta["val"], a.meta["val"]):
+            continue
+        if not a.meta["val"].is_contiguous():
+            raise ValueError(f"output {i} would change its strided layout")
+        with new.graph.inserting_before(output):
+            after[i] = new.graph.call_function(aten.clone.default, (b,),
+                                               {"memory_format": torch.contiguous_format})
+    output.args = (after[0] if single else type(output.args[0])(after),)
 
 
 def _unsuitable(gm: fx.GraphModule) -> bool:

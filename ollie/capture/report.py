@@ -55,6 +55,8 @@ def graph_line(report) -> str:
     text = f"{report.title}: {adopted}/{len(report.regions)} regions rewritten"
     if report.substitutions and report.adopted:
         text += f", {len(report.substitutions)} graph substitution(s)"
+    if report.folded and report.adopted:
+        text += f", {report.folded} weight computation(s) folded"
     if report.timing:
         text += f" ({report.timing[0] / report.timing[1]:.2f}× compiled)"
     elif report.note:

@@ -211,6 +211,104 @@ class LowRankProjection(nn.Module):
         return self.up(self.down(x))
 
 
+# Fragments that carry a graph substitution (``ollie.capture.graph_rules``), two spellings each.
+class QKVLinears(nn.Module):
+    """Three projections of one input (BERT's Q, K, V): one product of concatenated weights."""
+
+    def __init__(self, d=256):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.q(x) * self.k(x) + self.v(x)
+
+
+class GateProducts(nn.Module):
+    """An LSTM cell's four gate products of one input, written as matmuls of parameters."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.w = nn.ParameterList(nn.Parameter(torch.randn(d, d) / 8) for _ in range(4))
+
+    def forward(self, x):
+        i, f, g, o = (x @ w for w in self.w)
+        return torch.sigmoid(o) * torch.tanh(torch.sigmoid(f) + torch.sigmoid(i) * torch.tanh(g))
+
+
+class Inception1x1(nn.Module):
+    """Inception-style 1×1 branches of one input."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.branches = nn.ModuleList(nn.Conv2d(c, c // 2, 1) for _ in range(4))
+
+    def forward(self, x):
+        return torch.cat([F.relu(b(x)) for b in self.branches], 1)
+
+
+class SlicesOneWeight(nn.Module):
+    """One linear map applied to every slice of a batch, in a Python loop."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.stack([torch.relu(self.proj(s)) for s in x.unbind(0)])
+
+
+class SplitOneWeight(nn.Module):
+    """The same, spelled with ``torch.split`` and a matmul."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d) / 8)
+
+    def forward(self, x):
+        return torch.cat([torch.tanh(p @ self.w) for p in torch.split(x, 4)], 0)
+
+
+class GroupConvLoop(nn.Module):
+    """A Python loop over channel groups (``chunk``), each with its own convolution."""
+
+    def __init__(self, c=64, groups=8):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(c // groups, c // groups, 3, padding=1)
+                                   for _ in range(groups))
+
+    def forward(self, x):
+        pieces = x.chunk(len(self.convs), 1)
+        return F.relu(torch.cat([conv(p) for conv, p in zip(self.convs, pieces)], 1))
+
+
+class GroupConvSlices(nn.Module):
+    """The same loop, spelled with channel slices."""
+
+    def __init__(self, c=64, groups=8):
+        super().__init__()
+        self.width = c // groups
+        self.convs = nn.ModuleList(nn.Conv2d(self.width, self.width, 3, padding=1, bias=False)
+                                   for _ in range(groups))
+
+    def forward(self, x):
+        w = self.width
+        return torch.cat([conv(x[:, i * w:(i + 1) * w]) for i, conv in enumerate(self.convs)], 1)
+
+
+class TimeMajorRNN(nn.Module):
+    """An Elman RNN over a time-major sequence, stepped with ``unbind``."""
+
+    def __init__(self, d_in=64, d=64):
+        super().__init__()
+        self.w, self.u = nn.Linear(d_in, d), nn.Linear(d, d, bias=False)
+
+    def forward(self, xs):
+        h = torch.zeros(xs.shape[1], self.u.in_features)
+        for x in xs.unbind(0):
+            h = torch.tanh(self.w(x) + self.u(h))
+        return h
+
+
 def _model(build, *shape):
     def make(scale: float):
         torch.manual_seed(0)
@@ -231,5 +329,21 @@ CASES = [
          _model(RNNCell, 8, 16, 128)),
     Case("low_rank_projection", "Linear 512→512 then 512→32, nothing between, batch 256",
          _model(LowRankProjection, 256, 512)),
+    Case("qkv_linears", "Q, K, V linear maps of one input, d=256, sequence 32",
+         _model(QKVLinears, 1, 32, 256)),
+    Case("gate_products", "an LSTM's four gate matmuls of one input, d=64, batch 4",
+         _model(GateProducts, 4, 64)),
+    Case("inception_1x1", "four 1×1 convolutions of one input, 1×32×16×16",
+         _model(Inception1x1, 1, 32, 16, 16)),
+    Case("slices_one_weight", "one Linear on each of 16 slices (unbind), 16×8×64",
+         _model(SlicesOneWeight, 16, 8, 64)),
+    Case("split_one_weight", "one matmul on each of 16 row blocks (split), 64×64",
+         _model(SplitOneWeight, 64, 64)),
+    Case("group_conv_loop", "a loop of 8 convolutions over channel chunks, 1×64×16×16",
+         _model(GroupConvLoop, 1, 64, 16, 16)),
+    Case("group_conv_slices", "a loop of 8 convolutions over channel slices, 1×64×16×16",
+         _model(GroupConvSlices, 1, 64, 16, 16)),
+    Case("time_major_rnn", "Elman RNN over 16 time-major steps (unbind), batch 4",
+         _model(TimeMajorRNN, 16, 4, 64)),
 ]
 BY_NAME = {c.name: c for c in CASES}
