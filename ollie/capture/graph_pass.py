@@ -1,5 +1,7 @@
-"""One ATen graph through Ollie: substitute (``ollie.capture.graph_rules``), translate, derive
-each worthwhile region, verify, measure, rewrite.
+"""One ATen graph through Ollie: translate, derive each worthwhile region, verify, measure,
+rewrite; then the graph substitutions (``ollie.capture.graph_rules``) on what the regions
+left. (Substituting first would hide an expression's own algebra from its region: merging
+``a@b`` and ``c@b`` into one product loses ``(a+c)@b``.)
 
 The graph's example inputs are fake (shapes, no data), so Ollie samples real ones of the same
 shapes, dtypes and layouts, runs the original graph once on them to get every value a region
@@ -74,9 +76,6 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     region's choice holds (``ollie.capture.size_range``)."""
     report = GraphReport(title)
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
-    substituted = _substitute(gm, example_inputs, report)
-    if substituted is not None:
-        gm = substituted
     translation = regions_mod.translate(gm)
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     chosen = []
@@ -90,6 +89,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
                    for n, why in translation.left.items()]
     if not chosen:
+        substituted = _substitute(gm, gm, example_inputs, report)
         report.note = None if substituted is not None else "no region worth deriving"
         return substituted, report
     inputs = sample_like(example_inputs)
@@ -98,7 +98,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
         values = sample_values(gm, inputs, wanted)
     except Exception as e:  # the graph does not run on sampled data (data-dependent checks)
         report.note = f"could not run the graph on sample inputs: {first_line(e)}"
-        return substituted, report
+        return None, report
     derived = derive_within_budget(chosen, values, options, show, translation.left)
     report.regions = [rr for _, rr in derived]
     report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
@@ -113,12 +113,15 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     if dynamic and guard_sizes:
         _guard_size_ranges(derived, traced_programs, values, decompositions, options,
                            _shape_env(example_inputs))
-    return (new if new is not None else substituted), report
+    substituted = _substitute(new if new is not None else gm, gm, example_inputs, report)
+    return (substituted if substituted is not None else new), report
 
 
-def _substitute(gm, example_inputs, report: GraphReport) -> fx.GraphModule | None:
+def _substitute(gm, original, example_inputs, report: GraphReport) -> fx.GraphModule | None:
     """``gm`` with the graph substitutions applied, when they give every output of ``gm``
-    on sample inputs (None when none applies or the check fails; the report says which)."""
+    on sample inputs, within the error allowed against ``original`` (the graph before any
+    rewrite) run in float64 (None when none applies or the check fails; the report says
+    which)."""
     try:
         new, applied = graph_rules.substitute(gm, example_inputs)
     except Exception as e:  # a rule that does not fit this graph: the graph as it is
@@ -131,7 +134,7 @@ def _substitute(gm, example_inputs, report: GraphReport) -> fx.GraphModule | Non
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         expected = torch.utils._pytree.tree_leaves(gm(*fresh()))
         got = torch.utils._pytree.tree_leaves(new(*fresh()))
-        exact = _float64_outputs(gm, fresh())
+        exact = _float64_outputs(original, fresh())
     for i, (e, g) in enumerate(zip(expected, got)):
         if isinstance(e, torch.Tensor) and not \
                 max_relative_error(g, e) <= allowed_error(e, exact[i] if exact else None):
@@ -143,13 +146,22 @@ def _substitute(gm, example_inputs, report: GraphReport) -> fx.GraphModule | Non
 
 
 def _float64_outputs(gm, inputs) -> list | None:
-    """``gm``'s outputs computed in float64 (None where the graph does not run so)."""
-    wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in inputs]
+    """``gm``'s outputs computed in float64, every floating value widened as it is made
+    (a constant the graph creates as float32 too); None where the graph does not run so."""
     try:
-        return torch.utils._pytree.tree_leaves(gm(*wide))
+        with torch.no_grad():
+            return torch.utils._pytree.tree_leaves(_Widened(gm).run(*inputs))
     except Exception:  # an op with a fixed dtype, or none in float64
         return None
+
+
+class _Widened(fx.Interpreter):
+    def run_node(self, n):
+        return torch.utils._pytree.tree_map(_wide, super().run_node(n))
+
+
+def _wide(x):
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
 GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts); "
