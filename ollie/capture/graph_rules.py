@@ -31,7 +31,8 @@ MAX_ROUNDS = 4
 class Rule:
     name: str
     math: str
-    kind: str            # "merge" (several contractions become one) or "simplify"
+    kind: str            # "merge" (several contractions become one), "fold" (an affine map
+                         # into a contraction's operands, ``affine_fold``) or "simplify"
     default: bool = True
 
 
@@ -44,6 +45,9 @@ RULES = [
          "merge"),
     Rule("grouped_conv", "conv(x[g],W_g) for the channel groups g of x = split(conv(x, "
          "cat(W_g; 0), groups=G); 1)", "merge"),
+    Rule("affine_into_conv", "conv(x,W,b)·s + t = conv(x, W·s, b·s + t)  (s, t per output "
+         "channel)", "fold"),
+    Rule("affine_into_matmul", "(A@B)·s + t = addmm(t, A, B·s)  (s, t per column)", "fold"),
     Rule("tiling_cat", "cat(x[pieces that tile x along d]; d) = x", "simplify"),
     Rule("transposed_cat", "cat(A1ᵀ, A2ᵀ; 1) = cat(A1, A2; 0)ᵀ", "simplify"),
 ]
@@ -66,12 +70,13 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
     (None and [] when none applies)."""
     if _unsuitable(gm):
         return None, []
-    from ollie.capture import rewrite
+    from ollie.capture import affine_fold, rewrite
     new, _ = rewrite.copy_graph(gm)
     applied = []
     for _ in range(MAX_ROUNDS):
         _merge_duplicate_views(new.graph)
-        done = _merge_round(new.graph) + _simplify_cats(new.graph)
+        done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph) + \
+            _simplify_cats(new.graph)
         if not done:
             break
         applied += done
@@ -120,8 +125,9 @@ def _unsuitable(gm: fx.GraphModule) -> bool:
 
 # -- merges ------------------------------------------------------------------------------------
 def merges(n: fx.Node) -> list[Merge]:
-    """The groups contraction ``n`` may join."""
-    if n.op != "call_function":
+    """The groups contraction ``n`` may join (none for a node made in this round: its
+    meta comes with the next)."""
+    if n.op != "call_function" or any("val" not in a.meta for a in [n, *n.all_input_nodes]):
         return []
     if n.target == aten.mm.default:
         a, b = n.args

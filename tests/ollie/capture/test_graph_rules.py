@@ -170,3 +170,34 @@ def test_outputs_keep_their_layout_after_a_merge():
     assert count(new, aten.mm.default) == 1
     assert all(out.is_contiguous() for out in new(*args))
     same_outputs(gm, new, args)
+
+
+def test_an_inference_batch_norm_folds_into_the_convolution_before_it():
+    def fn(x, w, mean, var, gamma, beta):
+        y = F.conv2d(x, w, padding=1)
+        return torch.relu(F.batch_norm(y, mean, var, gamma, beta, training=False, eps=1e-5))
+    args = (torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4),
+            torch.rand(4) + 0.5, torch.randn(4), torch.randn(4))
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=_decompositions())(*args)
+    fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert sum(a.startswith("affine_into_conv") for a in applied) >= 3, applied
+    conv = next(n for n in new.graph.nodes if n.target == aten.convolution.default)
+    assert [u.target for u in conv.users] == [aten.relu.default]  # nothing left between
+    same_outputs(gm, new, args)
+
+
+def test_a_scale_and_shift_fold_into_a_matmul_but_a_scale_that_reads_its_result_does_not():
+    def fn(x, w, s, t):
+        y, z = x @ w, x @ w.t()
+        return (y * s + t, z * z.sum(0))
+    args = (torch.randn(5, 4), torch.randn(4, 4), torch.randn(4), torch.randn(4))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert [a.split(":")[0] for a in applied] == ["affine_into_matmul"] * 2, applied
+    same_outputs(gm, new, args)
+
+
+def _decompositions():
+    from torch._inductor.decomposition import select_decomp_table
+    return select_decomp_table()

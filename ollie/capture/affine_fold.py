@@ -1,0 +1,114 @@
+"""Elementwise affine maps folded into the contraction they follow (rows ``affine_into_conv``
+and ``affine_into_matmul`` of ``ollie.capture.graph_rules.RULES``):
+
+    conv(x, W, b) · s = conv(x, W·s, b·s)        s per output channel (or a scalar); ÷ s alike
+    conv(x, W, b) + t = conv(x, W, b + t)        t per output channel; − t alike
+    (A @ B) · s       = A @ (B·s)                s per column; addmm's bias scaled too
+    (A @ B) + t       = addmm(t, A, B)           t per column
+
+An inference batch norm, which AOTAutograd writes as a subtraction of the running mean, two
+multiplications (inverse deviation, weight) and a shift, folds away one step at a time. What
+the contraction's operands then compute reads weights alone, and in a graph without grad it
+is folded once (``ollie.capture.folding``). A factor computed from the contraction's own
+result (a training batch norm's batch statistics, a squeeze-and-excite gate) never folds.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+SCALES = {aten.mul.Tensor: aten.mul.Tensor, aten.div.Tensor: aten.div.Tensor}
+SHIFTS = {aten.add.Tensor: aten.add.Tensor, aten.sub.Tensor: aten.sub.Tensor}
+COMMUTATIVE = {aten.mul.Tensor, aten.add.Tensor}
+CONTRACTIONS = {aten.convolution.default: "affine_into_conv",
+                aten.mm.default: "affine_into_matmul", aten.addmm.default: "affine_into_matmul"}
+
+
+def fold_affine(graph: fx.Graph, on: set) -> list[str]:
+    """Fold every affine step that follows a contraction; a line per fold."""
+    applied = []
+    for n in list(graph.nodes):
+        step = _step(n)
+        if step is None or CONTRACTIONS[step[0].target] not in on:
+            continue
+        y, factor = step
+        with graph.inserting_before(y):
+            folded = _folded(graph, n.target, y, factor)
+        folded.meta = dict(n.meta)  # the same value, so the next step of a chain matches
+        n.replace_all_uses_with(folded)
+        graph.erase_node(n)
+        graph.erase_node(y)
+        applied.append(f"{CONTRACTIONS[y.target]}: {n.target.__name__} folded into "
+                       f"{y.target.__name__}")
+    return applied
+
+
+def _step(n: fx.Node) -> tuple[fx.Node, object] | None:
+    """(contraction, factor) where ``n`` scales or shifts a contraction's result (its only
+    use) by a factor per output channel that does not read that result."""
+    from ollie.capture.graph_rules import _depends_on, _hoist
+    if n.op != "call_function" or n.kwargs or (n.target not in SCALES and
+                                                n.target not in SHIFTS):
+        return None
+    orders = [n.args, n.args[::-1]] if n.target in COMMUTATIVE else [n.args]
+    for y, factor in orders:
+        if not (isinstance(y, fx.Node) and y.op == "call_function" and
+                y.target in CONTRACTIONS and len(y.users) == 1 and "val" in y.meta):
+            continue
+        if y.kwargs or y.target == aten.convolution.default and y.args[6]:
+            continue  # addmm's own scalings; a transposed convolution's weight layout
+        if not _per_channel(factor, y.meta["val"]):
+            continue
+        if isinstance(factor, fx.Node):
+            if _depends_on(factor, y):
+                continue
+            _hoist(y.graph, factor, y)
+        return y, factor
+    return None
+
+
+def _per_channel(factor, out: torch.Tensor) -> bool:
+    """A scalar, or a tensor of ``out``'s dtype whose broadcast shape is 1 everywhere but at
+    the output-channel dim (dim 1: a convolution's channels, a matrix product's columns)."""
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+        return True
+    val = factor.meta.get("val") if isinstance(factor, fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() > out.dim():
+        return False
+    if val.dtype != out.dtype:
+        return False  # folding would change the result's type promotion
+    shape = [1] * (out.dim() - val.dim()) + list(val.shape)
+    return all(s == 1 or (d == 1 and s == out.shape[1]) for d, s in enumerate(shape))
+
+
+def _folded(graph: fx.Graph, op, y: fx.Node, factor) -> fx.Node:
+    """The contraction ``y`` with ``op(·, factor)`` moved into its operands."""
+    call = graph.call_function
+    channels = y.meta["val"].shape[1]
+    if isinstance(factor, fx.Node):
+        k = factor.meta["val"].numel()
+        factor = call(aten.view.default, (factor, [k]))  # one entry per channel, or one
+    args = list(y.args)
+    if y.target == aten.convolution.default:
+        w, b = args[1], args[2]
+        if op in SCALES:
+            per_row = factor if not isinstance(factor, fx.Node) else \
+                call(aten.view.default, (factor, [k] + [1] * (y.meta["val"].dim() - 1)))
+            args[1] = call(SCALES[op], (w, per_row))
+            args[2] = None if b is None else call(SCALES[op], (b, factor))
+        else:
+            bias = b if b is not None else call(aten.new_zeros.default, (w, [channels]))
+            args[2] = call(SHIFTS[op], (bias, factor))
+        return call(y.target, tuple(args))
+    if op in SCALES:
+        args[-1] = call(SCALES[op], (args[-1], factor))        # B's columns
+        if y.target == aten.addmm.default:
+            args[0] = call(SCALES[op], (args[0], factor))      # the bias with them
+        return call(y.target, tuple(args))
+    if y.target == aten.addmm.default:
+        args[0] = call(SHIFTS[op], (args[0], factor))
+        return call(y.target, tuple(args))
+    a, b = args
+    bias = call(aten.new_zeros.default, (b, [channels]))
+    return call(aten.addmm.default, (call(SHIFTS[op], (bias, factor)), a, b))
