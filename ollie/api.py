@@ -173,6 +173,12 @@ def _optimize_module(module: torch.nn.Module, options: Options,
 
 def explain(fn: Callable, *args, **kwargs) -> Explanation:
     """``ollie.explain(f, *args)``: like ``f.explain(*args)``, optimizing ``f`` if needed."""
+    if isinstance(fn, torch._dynamo.eval_frame.OptimizedModule) and \
+            not hasattr(fn, "ollie_backend"):
+        raise TypeError("ollie.explain: this module was compiled by torch.compile, whose "
+                        "backend keeps no record Ollie can read; compile it with "
+                        "ollie.optimize(model) (the same compile, with a record) and explain "
+                        "that")
     if not isinstance(fn, OptimizedFunction) and not hasattr(fn, "ollie_backend"):
         fn = optimize(fn)
     return fn.explain(*args, **kwargs)

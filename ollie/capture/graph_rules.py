@@ -109,12 +109,8 @@ def _keep_output_layouts(gm: fx.GraphModule, new: fx.GraphModule) -> None:
 
 
 def _unsuitable(gm: fx.GraphModule) -> bool:
-    """Random ops must keep their order, which moving nodes could change; sizes must be
-    concrete to split by them."""
+    """Sizes must be concrete to split by them."""
     for n in gm.graph.nodes:
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and \
-                torch.Tag.nondeterministic_seeded in n.target.tags:
-            return True
         val = n.meta.get("val")
         if isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in val.shape):
             return True
@@ -235,12 +231,15 @@ def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge) -> None:
 
 def _hoist(graph: fx.Graph, node, before: fx.Node) -> None:
     """Move ``node`` (and what it reads) above ``before`` where it comes later. Safe in a
-    functional graph without random ops: nothing else observes the order."""
+    functional graph, where nothing observes the order but random ops: moving one of those
+    could change what it draws, so that fails (and the graph keeps its form)."""
     if not isinstance(node, fx.Node) or node.op == "placeholder":
         return
     order = _position(graph)
     if order(node) < order(before):
         return
+    if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        raise ValueError(f"{node} draws random numbers: it keeps its place")
     for a in node.all_input_nodes:
         _hoist(graph, a, before)
     before.prepend(node)
