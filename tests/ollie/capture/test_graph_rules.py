@@ -1,5 +1,6 @@
 """Graph substitutions (``ollie.capture.graph_rules``) and folded weights
 (``ollie.capture.folding``): each rule on an ATen graph, and through the backend."""
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -201,3 +202,11 @@ def test_a_scale_and_shift_fold_into_a_matmul_but_a_scale_that_reads_its_result_
 def _decompositions():
     from torch._inductor.decomposition import select_decomp_table
     return select_decomp_table()
+
+
+def test_a_merge_that_would_move_a_random_op_is_refused():
+    def fn(x, y, w):  # merging the products would draw y's dropout mask before x's product
+        return F.dropout(x, 0.5) @ w, F.dropout(y, 0.5) @ w
+    gm, fakes = graph_of(fn, torch.randn(3, 4), torch.randn(3, 4), torch.randn(4, 4))
+    with pytest.raises(ValueError, match="random"):
+        graph_rules.substitute(gm, fakes)
