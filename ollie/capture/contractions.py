@@ -30,6 +30,11 @@ def counted(nodes) -> list[tuple[fx.Node, sympy.Expr]]:
     return out
 
 
+def work(nodes) -> list[tuple[str, str]]:
+    """The contractions' operators and flops, in a canonical order (no layouts)."""
+    return sorted((str(n.target.overloadpacket), str(count)) for n, count in counted(nodes))
+
+
 def signature(nodes) -> list[tuple]:
     """The contractions as comparable data: operator, flops, and the shapes and
     strides of their tensor operands, in a canonical order."""

@@ -89,7 +89,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
                    for n, why in translation.left.items()]
     if not chosen:
-        substituted = _substitute(gm, gm, example_inputs, report)
+        substituted = _substitute(gm, gm, example_inputs, report, options.inductor)
         report.note = None if substituted is not None else "no region worth deriving"
         return substituted, report
     inputs = sample_like(example_inputs)
@@ -113,21 +113,29 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     if dynamic and guard_sizes:
         _guard_size_ranges(derived, traced_programs, values, decompositions, options,
                            _shape_env(example_inputs))
-    substituted = _substitute(new if new is not None else gm, gm, example_inputs, report)
+    substituted = _substitute(new if new is not None else gm, gm, example_inputs, report,
+                              options.inductor)
     return (substituted if substituted is not None else new), report
 
 
-def _substitute(gm, original, example_inputs, report: GraphReport) -> fx.GraphModule | None:
+def _substitute(gm, original, example_inputs, report: GraphReport,
+                inductor: bool) -> fx.GraphModule | None:
     """``gm`` with the graph substitutions applied, when they give every output of ``gm``
     on sample inputs, within the error allowed against ``original`` (the graph before any
     rewrite) run in float64 (None when none applies or the check fails; the report says
-    which)."""
+    which). Under Inductor, substitutions that leave every contraction's work as it was
+    (a scale folded into a convolution) are not kept: Inductor fuses that elementwise work
+    into one kernel in either form, and judging them would take a second compile."""
     try:
         new, applied = graph_rules.substitute(gm, example_inputs)
     except Exception as e:  # a rule that does not fit this graph: the graph as it is
         report.left.append(("graph substitutions", "", f"not applied: {first_line(e)}"))
         return None
     if new is None:
+        return None
+    if inductor and contractions.work(new.graph.nodes) == contractions.work(gm.graph.nodes):
+        report.left.append(("graph substitutions", "", "not kept: every contraction does the "
+                            "work it did; Inductor fuses the rest in either form"))
         return None
     inputs = sample_like(example_inputs)
     fresh = lambda: [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
