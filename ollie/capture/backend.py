@@ -38,6 +38,9 @@ from ollie.options import Options
 # Random ops draw exactly as in eager mode (dropout under a fixed seed gives eager's mask).
 INDUCTOR_CONFIG = {"fallback_random": True}
 
+# The cache key suffix of a rewritten graph's eager-vs-compiled comparison.
+EAGERLY = "-eagerly"
+
 # A graph with symbolic sizes that runs eagerly is kept to sizes up to this factor of the
 # measured ones (``OllieBackend._run_eagerly``).
 EAGER_RANGE = 2
@@ -151,6 +154,7 @@ class OllieBackend:
     # -- AOTAutograd's compilers -------------------------------------------------------------
     def _inner(self, number: int, gm, example_inputs, **kwargs):
         """Inductor's inner compile, with Ollie's rewrite and the compiled A/B in front."""
+        from torch._functorch.aot_autograd import make_boxed_func
         from torch._inductor.compile_fx import compile_fx_inner
 
         self.inner_calls += 1
@@ -167,24 +171,43 @@ class OllieBackend:
             return compile_fx_inner(gm, example_inputs, **kwargs)
         key = graph_pass.comparison_key(gm, example_inputs, report)
         stored = graph_pass.stored_comparison(key, report, self.options)
+        graph, inputs, wrap = _with_folded_weights(new, example_inputs, kwargs, report)
         if stored is not None:  # measured before: compile only the winner
             report.adopted = stored
             self._announce(report)
-            if stored:
-                return _compile_rewritten(new, example_inputs, kwargs, report)
-            return compile_fx_inner(gm, example_inputs, **kwargs)
+            if not stored:
+                return compile_fx_inner(gm, example_inputs, **kwargs)
+            if _kind(kwargs) == "inference" and graph_pass.stored_comparison(
+                    key + EAGERLY, graph_pass.GraphReport(report.title), self.options):
+                report.runs_eagerly = True
+                return wrap(make_boxed_func(graph.forward))
+            return wrap(compile_fx_inner(graph, inputs, **kwargs))
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = _take_output_strides()  # each compile reports its outputs' strides to AOT
-        rewritten = _compile_rewritten(new, example_inputs, kwargs, report)
+        rewritten = wrap(compile_fx_inner(graph, inputs, **kwargs))
         with _real_computation():
             report.adopted = graph_pass.compare(original, rewritten, example_inputs, report,
                                                 self.options, key)
+            if report.adopted and _kind(kwargs) == "inference":
+                eager = wrap(make_boxed_func(graph.forward))
+                if self._eager_is_faster(rewritten, eager, example_inputs, report, key):
+                    rewritten = eager
         self._announce(report)
         if report.adopted:
             return rewritten
         _take_output_strides()
         _give_output_strides(strides)
         return original
+
+    def _eager_is_faster(self, compiled, eager, example_inputs, report, key: str) -> bool:
+        """Whether the rewritten graph runs faster as it is (library calls) than compiled:
+        after a rewrite that leaves few, large contractions (four convolutions merged into
+        one), Inductor's kernels around them may cost more than they fuse."""
+        timing = graph_pass.GraphReport(report.title)
+        report.runs_eagerly = graph_pass.compare(compiled, eager, example_inputs, timing,
+                                                 self.options, key + EAGERLY)
+        report.eager_timing = timing.timing
+        return report.runs_eagerly
 
     def _plain(self, number: int, kind: str, gm, example_inputs):
         """AOTAutograd's compiler without Inductor: the (rewritten) graph runs as it is."""
@@ -246,21 +269,20 @@ def _real_computation():
         yield
 
 
-def _compile_rewritten(new, example_inputs, kwargs: dict, report):
-    """Inductor's compile of a rewritten graph; in an inference graph, with what reads only
-    weights (parameters, buffers) folded and recomputed only when a weight changes
-    (``ollie.capture.folding``)."""
-    from torch._inductor.compile_fx import compile_fx_inner
-
+def _with_folded_weights(new, example_inputs, kwargs: dict, report):
+    """(graph, its inputs, wrap): the rewritten graph and its example inputs, and how to
+    wrap a callable of it. In an inference graph, what reads only weights (parameters,
+    buffers) is folded: the graph reads it as extra inputs, and ``wrap`` computes them,
+    again only when a weight changes (``ollie.capture.folding``)."""
     weights = list(kwargs.get("static_input_idxs") or [])
     split = folding.fold(new, weights) if kwargs.get("is_inference") and weights else None
     if split is None:
-        return compile_fx_inner(new, example_inputs, **kwargs)
+        return new, example_inputs, lambda compiled: compiled
     program, graph = split
     placeholders = graph.graph.find_nodes(op="placeholder")
     inputs = list(example_inputs) + [n.meta["val"] for n in placeholders[len(example_inputs):]]
     report.folded = len(placeholders) - len(example_inputs)
-    return folding.FoldedWeights(compile_fx_inner(graph, inputs, **kwargs), program, weights)
+    return graph, inputs, lambda compiled: folding.FoldedWeights(compiled, program, weights)
 
 
 def _compile_with_inductor(gm, example_inputs, inner, options=None):

@@ -41,6 +41,8 @@ class GraphReport:
     remeasured: int = 0                          # a stored comparison within noise, again
     substitutions: list = field(default_factory=list)  # graph substitutions applied
     folded: int = 0                              # weight-only computations folded
+    runs_eagerly: bool = False                   # the rewritten graph runs uncompiled
+    eager_timing: tuple[float, float] | None = None  # rewritten: compiled vs uncompiled
 
     @property
     def adopted_regions(self) -> list:

@@ -57,6 +57,8 @@ def graph_line(report) -> str:
         text += f", {len(report.substitutions)} graph substitution(s)"
     if report.folded and report.adopted:
         text += f", {report.folded} weight computation(s) folded"
+    if report.runs_eagerly and report.adopted:
+        text += ", run uncompiled"
     if report.timing:
         text += f" ({report.timing[0] / report.timing[1]:.2f}× compiled)"
     elif report.note:
@@ -87,6 +89,11 @@ def describe_graph(report) -> list[str]:
                      f"{rewritten * 1e3:.3f} ms ({original / rewritten:.2f}×){stored}: "
                      + ("the rewritten graph runs" if report.adopted
                         else "the original graph runs (the rewrite was not clearly faster)"))
+    if report.adopted and report.eager_timing:
+        compiled, eager = report.eager_timing
+        lines.append(f"    rewritten graph, uncompiled: {eager * 1e3:.3f} ms vs compiled "
+                     f"{compiled * 1e3:.3f} ms: " + ("it runs uncompiled (library calls)"
+                                                    if report.runs_eagerly else "compiled"))
     if report.left:
         lines.append("    left to Inductor:")
         for (op, where, why), n in Counter(report.left).items():

@@ -210,3 +210,25 @@ def test_a_merge_that_would_move_a_random_op_is_refused():
     gm, fakes = graph_of(fn, torch.randn(3, 4), torch.randn(3, 4), torch.randn(4, 4))
     with pytest.raises(ValueError, match="random"):
         graph_rules.substitute(gm, fakes)
+
+
+def test_a_rewritten_graph_chosen_to_run_uncompiled_runs_with_its_folded_weights(monkeypatch):
+    from ollie.capture import graph_pass
+    keys = []
+
+    def every_rewrite_wins(original, rewritten, example_inputs, report, options, key):
+        keys.append(key)
+        report.timing = (2.0, 1.0)
+        return True
+    monkeypatch.setattr(graph_pass, "compare", every_rewrite_wins)
+    torch.manual_seed(0)
+    model, x = WeightProduct().eval(), torch.randn(256, 256)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
+        model.load_state_dict(WeightProduct().state_dict())
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
+    report = next(r for r in backend.reports if r.adopted)
+    assert report.runs_eagerly and report.folded == 1
+    assert [k.endswith("-eagerly") for k in keys] == [False, True]
