@@ -61,7 +61,7 @@ def _step(n: fx.Node) -> tuple[fx.Node, object] | None:
         if not _per_channel(factor, y.meta["val"]):
             continue
         if isinstance(factor, fx.Node):
-            if _depends_on(factor, y):
+            if factor is y or _depends_on(factor, y):
                 continue
             _hoist(y.graph, factor, y)
         return y, factor
@@ -71,6 +71,8 @@ def _step(n: fx.Node) -> tuple[fx.Node, object] | None:
 def _per_channel(factor, out: torch.Tensor) -> bool:
     """A scalar, or a tensor of ``out``'s dtype whose broadcast shape is 1 everywhere but at
     the output-channel dim (dim 1: a convolution's channels, a matrix product's columns)."""
+    if not out.is_floating_point():
+        return False  # an integer product scaled by a float is a float: no fold keeps that
     if isinstance(factor, (int, float)) and not isinstance(factor, bool):
         return True
     val = factor.meta.get("val") if isinstance(factor, fx.Node) else None

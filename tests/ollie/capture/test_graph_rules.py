@@ -232,3 +232,12 @@ def test_a_rewritten_graph_chosen_to_run_uncompiled_runs_with_its_folded_weights
     report = next(r for r in backend.reports if r.adopted)
     assert report.runs_eagerly and report.folded == 1
     assert [k.endswith("-eagerly") for k in keys] == [False, True]
+
+
+def test_a_product_scaled_by_itself_does_not_fold():
+    def fn(x, w):  # one output channel per column and a single row: y is "per channel"
+        y = x @ w
+        return y * y + 1.0
+    args = (torch.randn(1, 4), torch.randn(4, 3))
+    gm, fakes = graph_of(fn, *args)
+    assert graph_rules.substitute(gm, fakes) == (None, [])
