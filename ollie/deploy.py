@@ -116,7 +116,8 @@ def _with_folded_weights(ep, gm: fx.GraphModule) -> torch.export.ExportedProgram
         name = f"ollie_folded_{i}"
         with gm.graph.inserting_before(anchor or next(iter(gm.graph.nodes))):
             placeholder = gm.graph.placeholder(name)
-        placeholder.meta["val"] = fake_mode.from_tensor(tensor) if fake_mode else tensor
+        placeholder.meta["val"] = fake_mode.from_tensor(tensor, static_shapes=True) if fake_mode \
+            else tensor  # a constant: its sizes are its own, never symbols
         node.replace_all_uses_with(placeholder)
         specs[placeholder] = InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), name)
         constants[name] = tensor
