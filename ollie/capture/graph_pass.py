@@ -125,9 +125,9 @@ def _substitute(gm, original, example_inputs, report: GraphReport,
     """``gm`` with the graph substitutions applied, when they give every output of ``gm``
     on sample inputs, within the error allowed against ``original`` (the graph before any
     rewrite) run in float64 (None when none applies or the check fails; the report says
-    which). Under Inductor, substitutions that leave every contraction's work as it was
-    (a scale folded into a convolution) are not kept: Inductor fuses that elementwise work
-    into one kernel in either form, and judging them would take a second compile."""
+    which). Under Inductor, folds that leave every contraction's work as it was (a scale
+    folded into a convolution) are not kept: Inductor fuses that elementwise work into one
+    kernel in either form, and judging them would take a second compile."""
     try:
         new, applied = graph_rules.substitute(gm, example_inputs)
     except Exception as e:  # a rule that does not fit this graph: the graph as it is
@@ -135,7 +135,8 @@ def _substitute(gm, original, example_inputs, report: GraphReport,
         return None
     if new is None:
         return None
-    if inductor and contractions.work(new.graph.nodes) == contractions.work(gm.graph.nodes):
+    if inductor and graph_rules.only_folds(applied) and \
+            contractions.work(new.graph.nodes) == contractions.work(gm.graph.nodes):
         report.left.append(("graph substitutions", "", "not kept: every contraction does the "
                             "work it did; Inductor fuses the rest in either form"))
         return None

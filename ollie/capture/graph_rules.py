@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from ollie.capture import aten as aten_table
+from ollie.capture import aten as aten_table, tilings
+from ollie.capture.tilings import shape_of
 
 aten = torch.ops.aten
 MAX_ROUNDS = 4
@@ -49,9 +50,16 @@ RULES = [
          "channel)", "fold"),
     Rule("affine_into_matmul", "(A@B)·s + t = addmm(t, A, B·s)  (s, t per column)", "fold"),
     Rule("tiling_cat", "cat(x[pieces that tile x along d]; d) = x", "simplify"),
+    Rule("tiling_sum", "x[0] + x[1] + … + x[n-1] (the selects along d) = x.sum(d)", "simplify"),
     Rule("transposed_cat", "cat(A1ᵀ, A2ᵀ; 1) = cat(A1, A2; 0)ᵀ", "simplify"),
 ]
 ON = {r.name for r in RULES if r.default}
+KIND = {r.name: r.kind for r in RULES}
+
+
+def only_folds(applied: list[str]) -> bool:
+    """Whether every substitution applied (a line of ``substitute``'s) is a fold."""
+    return all(KIND[line.split(":")[0]] == "fold" for line in applied)
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
     for _ in range(MAX_ROUNDS):
         _merge_duplicate_views(new.graph)
         done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph) + \
-            _simplify_cats(new.graph)
+            tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)
         if not done:
             break
         applied += done
@@ -139,13 +147,13 @@ def merges(n: fx.Node) -> list[Merge]:
             return []
         params = (tuple(stride), tuple(padding), tuple(dilation), b is None)
         weights = ((1, 0),) if b is None else ((1, 0), (2, 0))
-        found = [Merge("shared_input_conv", (n.target, x, _shape(w)[1:], *params), weights, 1),
-                 Merge("shared_weight_conv", (n.target, w, b, _shape(x)[1:], *params),
+        found = [Merge("shared_input_conv", (n.target, x, shape_of(w)[1:], *params), weights, 1),
+                 Merge("shared_weight_conv", (n.target, w, b, shape_of(x)[1:], *params),
                        ((0, 0),), 0)]
-        piece = _piece(x)
+        piece = tilings.piece(x)
         if piece and piece[1] == 1 and not piece[4]:
             base, _, start, stop, _ = piece
-            found.append(Merge("grouped_conv", (n.target, base, stop - start, _shape(w),
+            found.append(Merge("grouped_conv", (n.target, base, stop - start, shape_of(w),
                                                 *params), weights, 1))
         return found
     return []
@@ -199,10 +207,10 @@ def _depends_on(node: fx.Node, other: fx.Node) -> bool:
 def _tiling_groups(members: list[fx.Node]) -> list[fx.Node]:
     """Convolutions on channel pieces of one input: all of them, in channel order, when the
     pieces tile the input's channels (a grouped convolution), else none."""
-    by_start = sorted(members, key=lambda m: _piece(m.args[0])[2])
-    size = _shape(_piece(members[0].args[0])[0])[1]
-    starts = [_piece(m.args[0])[2] for m in by_start]
-    step = _piece(members[0].args[0])[3] - starts[0]
+    by_start = sorted(members, key=lambda m: tilings.piece(m.args[0])[2])
+    size = shape_of(tilings.piece(members[0].args[0])[0])[1]
+    starts = [tilings.piece(m.args[0])[2] for m in by_start]
+    step = tilings.piece(members[0].args[0])[3] - starts[0]
     return by_start if starts == list(range(0, size, step)) else []
 
 
@@ -216,10 +224,10 @@ def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge) -> None:
         with graph.inserting_before(first):
             args[pos] = _concat(graph, operands, dim)
     if merge.rule == "grouped_conv":
-        args[0], args[8] = _piece(first.args[0])[0], len(members)
+        args[0], args[8] = tilings.piece(first.args[0])[0], len(members)
     with graph.inserting_before(first):
         merged = graph.call_function(first.target, tuple(args))
-        sizes = [_shape(m)[merge.out_dim] for m in members]
+        sizes = [shape_of(m)[merge.out_dim] for m in members]
         split = graph.call_function(aten.split_with_sizes.default,
                                     (merged, sizes, merge.out_dim))
         for i, m in enumerate(members):
@@ -252,94 +260,7 @@ def _position(graph: fx.Graph):
 
 def _concat(graph: fx.Graph, operands: list, dim: int) -> fx.Node:
     node = graph.call_function(aten.cat.default, (list(operands), dim))
-    return _simplified_cat(graph, node) or node
-
-
-# -- simplifications ----------------------------------------------------------------------------
-def _simplify_cats(graph: fx.Graph) -> list[str]:
-    applied = []
-    for n in list(graph.nodes):
-        if n.op == "call_function" and n.target == aten.cat.default and n.users:
-            with graph.inserting_before(n):
-                simpler = _simplified_cat(graph, n, fresh=False)
-            if simpler is not None:
-                n.replace_all_uses_with(simpler)
-                graph.erase_node(n)
-                applied.append("tiling_cat: a concatenation of the pieces of one tensor")
-    return applied
-
-
-def _simplified_cat(graph: fx.Graph, cat: fx.Node, fresh: bool = True) -> fx.Node | None:
-    """What ``cat`` equals without copying (``tiling_cat``), or a cheaper copy
-    (``transposed_cat``); None when neither rule applies. Fresh nodes (made by a merge) get
-    the transposed form too; existing ones only the tiling."""
-    operands, dim = cat.args[0], (cat.args[1] if len(cat.args) > 1 else 0)
-    pieces = [_piece(o) for o in operands]
-    if "tiling_cat" in ON and all(pieces) and len({p[0] for p in pieces}) == 1:
-        base, along = pieces[0][0], pieces[0][1]
-        squeezed = pieces[0][4]
-        tiles = [p[2:4] for p in pieces]
-        whole = _shape(base)[along]
-        if all(p[1] == along and p[4] == squeezed for p in pieces) and \
-                [s for s, _ in tiles] == [0] + [e for _, e in tiles[:-1]] and \
-                tiles[-1][1] == whole:
-            if not squeezed and dim == along:
-                return base
-            shape = _shape(base)
-            if squeezed and along == 0 and dim == 0 and len(shape) >= 2 and \
-                    _flattens(base):
-                return graph.call_function(aten.view.default,
-                                           (base, [shape[0] * shape[1], *shape[2:]]))
-    if fresh and "transposed_cat" in ON and dim == 1 and all(_is_transpose(o)
-                                                            for o in operands):
-        rows = graph.call_function(aten.cat.default, ([o.args[0] for o in operands], 0))
-        return graph.call_function(aten.permute.default, (rows, [1, 0]))
-    return None
-
-
-def _piece(node) -> tuple | None:
-    """(base, dim, start, stop, squeezed) where ``node`` is the slice ``start:stop`` of
-    ``base`` along ``dim`` (``squeezed``: a ``select`` that drops the dim), else None."""
-    if not isinstance(node, fx.Node) or node.op != "call_function" or "val" not in node.meta:
-        return None  # not a piece, or made in this round (its meta comes with the next)
-    if node.target == operator.getitem:
-        parent, i = node.args
-        if parent.op != "call_function":
-            return None
-        if parent.target in (aten.split.Tensor, aten.split_with_sizes.default):
-            base, size = parent.args[0], parent.args[1]
-            dim = _dim(parent.args[2] if len(parent.args) > 2 else 0, base)
-            sizes = [v.shape[dim] for v in parent.meta["val"]]
-            start = sum(sizes[:i])
-            return base, dim, start, start + sizes[i], False
-        if parent.target == aten.unbind.int:
-            dim = _dim(parent.args[1] if len(parent.args) > 1 else 0, parent.args[0])
-            return parent.args[0], dim, i, i + 1, True
-        return None
-    if node.target == aten.select.int:
-        base, dim, i = node.args
-        dim = _dim(dim, base)
-        i = i + _shape(base)[dim] if i < 0 else i
-        return base, dim, i, i + 1, True
-    if node.target == aten.slice.Tensor:
-        base, dim, start, stop = (list(node.args) + [0, None, None])[:4]
-        step = node.args[4] if len(node.args) > 4 else 1
-        dim, size = _dim(dim, base), None
-        size = _shape(base)[dim]
-        start = 0 if start is None else (start + size if start < 0 else min(start, size))
-        stop = size if stop is None else (stop + size if stop < 0 else min(stop, size))
-        return (base, dim, start, stop, False) if step == 1 else None
-    return None
-
-
-def _flattens(base: fx.Node) -> bool:
-    val = base.meta["val"]
-    return val.stride(0) == val.shape[1] * val.stride(1)
-
-
-def _is_transpose(node) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and \
-        node.target == aten.permute.default and list(node.args[1]) == [1, 0]
+    return tilings.simplified_cat(graph, node, ON) or node
 
 
 def _merge_duplicate_views(graph: fx.Graph) -> None:
@@ -366,13 +287,5 @@ def _hashable(value):
     return value
 
 
-def _shape(node) -> tuple:
-    return tuple(node.meta["val"].shape)
-
-
 def _rank(node) -> int:
-    return len(_shape(node)) if isinstance(node, fx.Node) else -1
-
-
-def _dim(dim: int, base) -> int:
-    return dim + len(_shape(base)) if dim < 0 else dim
+    return len(shape_of(node)) if isinstance(node, fx.Node) else -1

@@ -241,3 +241,24 @@ def test_a_product_scaled_by_itself_does_not_fold():
     args = (torch.randn(1, 4), torch.randn(4, 3))
     gm, fakes = graph_of(fn, *args)
     assert graph_rules.substitute(gm, fakes) == (None, [])
+
+
+def test_a_running_sum_over_the_rows_of_a_tensor_is_one_reduction():
+    def fn(x, b):
+        total = b
+        for row in x.unbind(0):  # a Python loop: one addition per row, plus the start b
+            total = total + row
+        return (total * 2,)
+    args = (torch.randn(9, 5), torch.randn(5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["tiling_sum: a sum of the 9 rows of a tensor"]
+    assert count(new, aten.add.Tensor) == 1 and count(new, aten.sum.dim_IntList) == 1
+    same_outputs(gm, new, args)
+
+
+def test_a_sum_of_some_rows_only_stays_as_written():
+    def fn(x):
+        return (x[0] + x[1] + x[3],)
+    gm, fakes = graph_of(fn, torch.randn(4, 3))
+    assert graph_rules.substitute(gm, fakes) == (None, [])

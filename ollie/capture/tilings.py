@@ -1,0 +1,170 @@
+"""The pieces of a tensor (slices, selects, the parts of a split or unbind), and the rules that
+remove what a whole tiling of them computes (rows of ``ollie.capture.graph_rules.RULES``):
+
+    cat(x[pieces that tile x along d]; d) = x                       tiling_cat
+    x[0] + x[1] + … + x[n-1] (the selects along d) = x.sum(d)         tiling_sum
+    cat(A1ᵀ, A2ᵀ; 1) = cat(A1, A2; 0)ᵀ                                 transposed_cat
+
+A merge of contractions concatenates their operands (``graph_rules``); where those are the
+pieces of one tensor, the concatenation is that tensor and copies nothing. A running sum
+written as a Python loop over a tensor's rows is one reduction.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+
+def simplify_cats(graph: fx.Graph, on: set) -> list[str]:
+    """Replace each concatenation that a rule makes cheaper; a line per replacement."""
+    applied = []
+    for n in list(graph.nodes):
+        if n.op == "call_function" and n.target == aten.cat.default and n.users:
+            with graph.inserting_before(n):
+                simpler = simplified_cat(graph, n, on, fresh=False)
+            if simpler is not None:
+                n.replace_all_uses_with(simpler)
+                graph.erase_node(n)
+                applied.append("tiling_cat: a concatenation of the pieces of one tensor")
+    return applied
+
+
+def simplified_cat(graph: fx.Graph, cat: fx.Node, on: set, fresh: bool = True
+                   ) -> fx.Node | None:
+    """What ``cat`` equals without copying (``tiling_cat``), or a cheaper copy
+    (``transposed_cat``); None when neither rule applies. Fresh nodes (made by a merge) get
+    the transposed form too; existing ones only the tiling."""
+    operands, dim = cat.args[0], (cat.args[1] if len(cat.args) > 1 else 0)
+    pieces = [piece(o) for o in operands]
+    if "tiling_cat" in on and all(pieces) and len({p[0] for p in pieces}) == 1:
+        base, along = pieces[0][0], pieces[0][1]
+        squeezed = pieces[0][4]
+        tiles = [p[2:4] for p in pieces]
+        whole = shape_of(base)[along]
+        if all(p[1] == along and p[4] == squeezed for p in pieces) and \
+                [s for s, _ in tiles] == [0] + [e for _, e in tiles[:-1]] and \
+                tiles[-1][1] == whole:
+            if not squeezed and dim == along:
+                return base
+            shape = shape_of(base)
+            if squeezed and along == 0 and dim == 0 and len(shape) >= 2 and \
+                    _flattens(base):
+                return graph.call_function(aten.view.default,
+                                           (base, [shape[0] * shape[1], *shape[2:]]))
+    if fresh and "transposed_cat" in on and dim == 1 and all(_is_transpose(o)
+                                                            for o in operands):
+        rows = graph.call_function(aten.cat.default, ([o.args[0] for o in operands], 0))
+        return graph.call_function(aten.permute.default, (rows, [1, 0]))
+    return None
+
+
+def piece(node) -> tuple | None:
+    """(base, dim, start, stop, squeezed) where ``node`` is the slice ``start:stop`` of
+    ``base`` along ``dim`` (``squeezed``: a ``select`` that drops the dim), else None."""
+    if not isinstance(node, fx.Node) or node.op != "call_function" or "val" not in node.meta:
+        return None  # not a piece, or made in this round (its meta comes with the next)
+    if node.target == operator.getitem:
+        parent, i = node.args
+        if parent.op != "call_function":
+            return None
+        if parent.target in (aten.split.Tensor, aten.split_with_sizes.default):
+            base, size = parent.args[0], parent.args[1]
+            dim = _dim(parent.args[2] if len(parent.args) > 2 else 0, base)
+            sizes = [v.shape[dim] for v in parent.meta["val"]]
+            start = sum(sizes[:i])
+            return base, dim, start, start + sizes[i], False
+        if parent.target == aten.unbind.int:
+            dim = _dim(parent.args[1] if len(parent.args) > 1 else 0, parent.args[0])
+            return parent.args[0], dim, i, i + 1, True
+        return None
+    if node.target == aten.select.int:
+        base, dim, i = node.args
+        dim = _dim(dim, base)
+        i = i + shape_of(base)[dim] if i < 0 else i
+        return base, dim, i, i + 1, True
+    if node.target == aten.slice.Tensor:
+        base, dim, start, stop = (list(node.args) + [0, None, None])[:4]
+        step = node.args[4] if len(node.args) > 4 else 1
+        dim, size = _dim(dim, base), None
+        size = shape_of(base)[dim]
+        start = 0 if start is None else (start + size if start < 0 else min(start, size))
+        stop = size if stop is None else (stop + size if stop < 0 else min(stop, size))
+        return (base, dim, start, stop, False) if step == 1 else None
+    return None
+
+
+def _flattens(base: fx.Node) -> bool:
+    val = base.meta["val"]
+    return val.stride(0) == val.shape[1] * val.stride(1)
+
+
+def _is_transpose(node) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and \
+        node.target == aten.permute.default and list(node.args[1]) == [1, 0]
+
+
+def simplify_sums(graph: fx.Graph, on: set) -> list[str]:
+    """Replace each sum of the selects that tile a tensor along one dim (``tiling_sum``) by
+    one reduction (plus the other terms of the sum); a line per replacement."""
+    if "tiling_sum" not in on:
+        return []
+    applied = []
+    for n in reversed(list(graph.nodes)):  # outermost sums first
+        if n.graph is not graph or not _is_add(n) or any(_is_add(u) and len(n.users) == 1
+                                                           for u in n.users):
+            continue
+        terms = _terms(n)
+        pieces = [t for t in terms if piece(t) and piece(t)[4]]
+        by_base: dict = {}
+        for t in pieces:
+            base, dim = piece(t)[:2]
+            by_base.setdefault((base, dim), []).append(piece(t)[2])
+        for (base, dim), starts in by_base.items():
+            if len(starts) < 2 or sorted(starts) != list(range(shape_of(base)[dim])) or \
+                    base.meta["val"].dtype != n.meta["val"].dtype:
+                continue
+            others = [t for t in terms if not (t in pieces and piece(t)[:2] == (base, dim))]
+            with graph.inserting_before(n):
+                total = graph.call_function(aten.sum.dim_IntList, (base, [dim]))
+                for t in others:
+                    total = graph.call_function(aten.add.Tensor, (total, t))
+            n.replace_all_uses_with(total)
+            _erase_tree(graph, n)
+            applied.append(f"tiling_sum: a sum of the {len(starts)} rows of a tensor")
+            break
+    return applied
+
+
+def _is_add(n) -> bool:
+    return isinstance(n, fx.Node) and n.op == "call_function" and \
+        n.target == aten.add.Tensor and not n.kwargs and "val" in n.meta
+
+
+def _terms(n: fx.Node) -> list:
+    """The terms of the sum ``n`` heads, through additions only it reads."""
+    terms = []
+    for a in n.args:
+        if _is_add(a) and len(a.users) == 1:
+            terms.extend(_terms(a))
+        else:
+            terms.append(a)
+    return terms
+
+
+def _erase_tree(graph: fx.Graph, n: fx.Node) -> None:
+    inner = [a for a in n.args if _is_add(a) and len(a.users) == 1]
+    graph.erase_node(n)
+    for a in inner:
+        _erase_tree(graph, a)
+
+
+def shape_of(node) -> tuple:
+    return tuple(node.meta["val"].shape)
+
+
+def _dim(dim: int, base) -> int:
+    return dim + len(shape_of(base)) if dim < 0 else dim
