@@ -100,7 +100,7 @@ def _folded(graph: fx.Graph, op, y: fx.Node, factor) -> fx.Node:
             args[1] = call(SCALES[op], (w, per_row))
             args[2] = None if b is None else call(SCALES[op], (b, factor))
         else:
-            bias = b if b is not None else call(aten.new_zeros.default, (w, [channels]))
+            bias = b if b is not None else _zeros(graph, y, channels)
             args[2] = call(SHIFTS[op], (bias, factor))
         return call(y.target, tuple(args))
     if op in SCALES:
@@ -112,5 +112,13 @@ def _folded(graph: fx.Graph, op, y: fx.Node, factor) -> fx.Node:
         args[0] = call(SHIFTS[op], (args[0], factor))
         return call(y.target, tuple(args))
     a, b = args
-    bias = call(aten.new_zeros.default, (b, [channels]))
+    bias = _zeros(graph, y, channels)
     return call(aten.addmm.default, (call(SHIFTS[op], (bias, factor)), a, b))
+
+
+def _zeros(graph: fx.Graph, y: fx.Node, channels: int) -> fx.Node:
+    """A zero bias for ``y``'s channels (``full``: an op Inductor lowers as it is)."""
+    val = y.meta["val"]
+    return graph.call_function(aten.full.default, ([channels], 0.0), {
+        "dtype": val.dtype, "layout": torch.strided, "device": val.device,
+        "pin_memory": False})

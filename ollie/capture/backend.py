@@ -38,8 +38,9 @@ from ollie.options import Options
 # Random ops draw exactly as in eager mode (dropout under a fixed seed gives eager's mask).
 INDUCTOR_CONFIG = {"fallback_random": True}
 
-# The cache key suffix of a rewritten graph's eager-vs-compiled comparison.
+# The cache key suffixes of a rewritten graph's eager-vs-compiled comparison ...
 EAGERLY = "-eagerly"
+ALTERNATIVE = "-substitutions-alone"  # ... and of the regions' rewrite against that
 
 # A graph with symbolic sizes that runs eagerly is kept to sizes up to this factor of the
 # measured ones (``OllieBackend._run_eagerly``).
@@ -169,6 +170,8 @@ class OllieBackend:
         if new is None:
             self._announce(report)
             return compile_fx_inner(gm, example_inputs, **kwargs)
+        if report.alternative is not None:
+            new = self._regions_or_substitutions(gm, new, example_inputs, report, kwargs)
         key = graph_pass.comparison_key(gm, example_inputs, report)
         stored = graph_pass.stored_comparison(key, report, self.options)
         graph, inputs, wrap = _with_folded_weights(new, example_inputs, kwargs, report)
@@ -198,6 +201,27 @@ class OllieBackend:
         _take_output_strides()
         _give_output_strides(strides)
         return original
+
+    def _regions_or_substitutions(self, gm, new, example_inputs, report, kwargs):
+        """``new`` (the regions' programs, then the substitutions left to apply), or the
+        substitutions alone on the original graph where their compile runs faster: a
+        region's program can take in the contractions a merge would have joined."""
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        key = graph_pass.comparison_key(gm, example_inputs, report) + ALTERNATIVE
+        scratch = graph_pass.GraphReport(report.title)
+        alone = graph_pass.stored_comparison(key, scratch, self.options)
+        if alone is None:
+            strides = _take_output_strides()
+            with_regions = compile_fx_inner(new, example_inputs, **kwargs)
+            _take_output_strides()  # each compile reports its outputs' strides to AOT
+            without = compile_fx_inner(report.alternative, example_inputs, **kwargs)
+            _take_output_strides()
+            _give_output_strides(strides)
+            with _real_computation():
+                alone = graph_pass.compare(with_regions, without, example_inputs, scratch,
+                                           self.options, key)
+        return graph_pass.take_alternative(report) if alone else new
 
     def _eager_is_faster(self, compiled, eager, example_inputs, report, key: str) -> bool:
         """Whether the rewritten graph runs faster as it is (library calls) than compiled:

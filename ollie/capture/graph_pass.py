@@ -43,6 +43,8 @@ class GraphReport:
     folded: int = 0                              # weight-only computations folded
     runs_eagerly: bool = False                   # the rewritten graph runs uncompiled
     eager_timing: tuple[float, float] | None = None  # rewritten: compiled vs uncompiled
+    alternative: fx.GraphModule | None = None    # the substitutions alone, without regions
+    alternative_substitutions: list = field(default_factory=list)
 
     @property
     def adopted_regions(self) -> list:
@@ -117,7 +119,32 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                            _shape_env(example_inputs))
     substituted = _substitute(new if new is not None else gm, gm, example_inputs, report,
                               options.inductor)
+    if new is not None:  # the regions' programs may have taken in contractions a merge needs
+        _substitutions_alone(gm, example_inputs, report, options.inductor)
     return (substituted if substituted is not None else new), report
+
+
+def _substitutions_alone(gm, example_inputs, report: GraphReport, inductor: bool) -> None:
+    """The graph substitutions on the original graph, kept in the report as an alternative
+    to the regions' rewrite where they merge more than they do after it."""
+    alone = GraphReport(report.title)
+    alternative = _substitute(gm, gm, example_inputs, alone, inductor)
+    merges = [line for line in alone.substitutions if not graph_rules.only_folds([line])]
+    if alternative is not None and len(merges) > sum(
+            not graph_rules.only_folds([line]) for line in report.substitutions):
+        report.alternative, report.alternative_substitutions = alternative, alone.substitutions
+
+
+def take_alternative(report: GraphReport) -> fx.GraphModule:
+    """The alternative in place of the regions' rewrite: its substitutions are the report's,
+    and no region's program runs."""
+    for r in report.regions:
+        if r.kernel is not None:
+            r.kernel = None
+            r.decision = ("kept: the graph substitutions on the original graph ran faster "
+                          "than the graph with this region's program")
+    report.substitutions = report.alternative_substitutions
+    return report.alternative
 
 
 def _substitute(gm, original, example_inputs, report: GraphReport,

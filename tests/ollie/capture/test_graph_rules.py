@@ -262,3 +262,21 @@ def test_a_sum_of_some_rows_only_stays_as_written():
         return (x[0] + x[1] + x[3],)
     gm, fakes = graph_of(fn, torch.randn(4, 3))
     assert graph_rules.substitute(gm, fakes) == (None, [])
+
+
+def test_the_substitutions_alone_stand_against_regions_that_took_in_their_contractions():
+    from types import SimpleNamespace
+
+    from ollie.capture import graph_pass
+
+    def fn(x, w):
+        return [torch.tanh(x[t] @ w) for t in range(x.shape[0])]
+    gm, fakes = graph_of(fn, torch.randn(6, 3, 8), torch.randn(8, 5))
+    report = graph_pass.GraphReport("inference graph 1")  # as if a region took every product
+    region = SimpleNamespace(kernel=object(), decision="adopted")
+    report.regions = [region]
+    graph_pass._substitutions_alone(gm, fakes, report, inductor=True)
+    assert report.alternative is not None and report.substitutions == []
+    chosen = graph_pass.take_alternative(report)
+    assert count(chosen, aten.mm.default) == 1 and report.substitutions[0].startswith("shared_rhs")
+    assert region.kernel is None and region.decision.startswith("kept: the graph substitutions")
