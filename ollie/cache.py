@@ -80,17 +80,16 @@ def current_versions() -> dict[str, str | None]:
 
 @functools.lru_cache(maxsize=1)
 def compiler_digest() -> str:
-    """A digest of the rules and lowerings (derivations/, codegen/ sources, the graph
-    substitutions and weight folding): a decision made by other rules or another code
-    generator is stale even when the version is not."""
+    """A digest of the rules, the lowerings and the graph pass (derivations/, codegen/ and
+    ollie/capture/ sources: graph substitutions, folding, what is compared): a decision made
+    by other rules, another code generator or another comparison is stale even when the
+    version is not."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[1]
-    sources = [path for package in ("derivations", "codegen")
-               for path in sorted((root / package).rglob("*.py"))]
-    sources += [root / "ollie" / "capture" / name for name in ("graph_rules.py", "folding.py")]
-    for path in sources:
-        h.update(path.relative_to(root).as_posix().encode())
-        h.update(path.read_bytes())
+    for package in ("derivations", "codegen", "ollie/capture"):
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode())
+            h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
