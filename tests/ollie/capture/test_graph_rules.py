@@ -8,6 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
 from ollie.capture import folding, graph_rules
+from ollie.cli.bench_models import SlicesOneWeight
 
 aten = torch.ops.aten
 
@@ -95,20 +96,9 @@ def test_computations_on_weights_alone_fold_and_views_of_weights_do_not():
     assert [n.target for n in folded] == [aten.mm.default]  # w1 @ w2, not b.t()
 
 
-class SlicesOneWeight(nn.Module):
-    """One linear map applied to every slice of a batch, in a Python loop."""
-
-    def __init__(self, d=32):
-        super().__init__()
-        self.proj = nn.Linear(d, d)
-
-    def forward(self, x):
-        return torch.stack([torch.relu(self.proj(s)) for s in x.unbind(0)])
-
-
 def test_a_loop_of_products_by_one_weight_runs_as_one_product_through_the_backend():
     torch.manual_seed(0)
-    model, x = SlicesOneWeight().eval(), torch.randn(12, 4, 32)
+    model, x = SlicesOneWeight(d=32).eval(), torch.randn(12, 4, 32)
     backend = ollie.OllieBackend(ollie.Options(cache=False))
     with torch.no_grad():
         out = torch.compile(model, backend=backend)(x)
@@ -150,16 +140,22 @@ class WeightProduct(nn.Module):
         return x @ (self.a @ self.b)
 
 
-def test_a_product_of_parameters_is_folded_and_follows_a_loaded_state_through_the_backend():
+def compiled_weight_product_follows_a_loaded_state() -> ollie.OllieBackend:
+    """Compile ``WeightProduct``, check it, load other weights, check again; the backend."""
     torch.manual_seed(0)
     model, x = WeightProduct().eval(), torch.randn(256, 256)
     backend = ollie.OllieBackend(ollie.Options(cache=False))
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
-        assert [r.folded for r in backend.reports if r.adopted] == [1]
         model.load_state_dict(WeightProduct().state_dict())
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
+    return backend
+
+
+def test_a_product_of_parameters_is_folded_and_follows_a_loaded_state_through_the_backend():
+    backend = compiled_weight_product_follows_a_loaded_state()
+    assert [r.folded for r in backend.reports if r.adopted] == [1]
 
 
 def test_outputs_keep_their_layout_after_a_merge():
@@ -221,14 +217,7 @@ def test_a_rewritten_graph_chosen_to_run_uncompiled_runs_with_its_folded_weights
         report.timing = (2.0, 1.0)
         return True
     monkeypatch.setattr(graph_pass, "compare", every_rewrite_wins)
-    torch.manual_seed(0)
-    model, x = WeightProduct().eval(), torch.randn(256, 256)
-    backend = ollie.OllieBackend(ollie.Options(cache=False))
-    compiled = torch.compile(model, backend=backend)
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
-        model.load_state_dict(WeightProduct().state_dict())
-        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
+    backend = compiled_weight_product_follows_a_loaded_state()
     report = next(r for r in backend.reports if r.adopted)
     assert report.runs_eagerly and report.folded == 1
     assert [k.endswith("-eagerly") for k in keys] == [False, True]
