@@ -57,6 +57,55 @@ def model_digest(text: bytes) -> str:
     return hashlib.sha256(text).hexdigest()
 
 
+def load_booster(path: str | os.PathLike):
+    """(booster, metadata) at ``path``, after its checksum (kept in the ``.json`` beside it)
+    matched: LightGBM aborts the whole process on some damaged model files, so it only ever
+    sees the exact text ``save_booster`` wrote. ``ValueError`` for a damaged or foreign one."""
+    from ollie import safe_files
+    path = Path(path)
+    try:
+        text = safe_files.read_regular(path, MODEL_CAP)
+        meta = safe_files.loads_bounded(
+            safe_files.read_regular(path.with_suffix(".json"), MODEL_CAP))
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the model or its metadata ({e})") from None
+    if not isinstance(meta, dict) or meta.get("model_sha256") != model_digest(text):
+        raise ValueError(f"{path}: the model does not match the checksum saved with it "
+                         "(damaged or written by something else); retrain with `ollie tune`")
+    import lightgbm as lgb
+    return lgb.Booster(model_str=text.decode("utf-8")), meta
+
+
+def save_booster(booster, meta: dict, path: str | os.PathLike, **extra_meta) -> Path:
+    """LightGBM text at ``path`` and ``meta`` beside it (``.json``, with the text's sha256),
+    each written atomically; the metadata goes last, so a model replaced half-way (a killed
+    ``ollie tune``) fails its checksum instead of loading."""
+    from ollie.cache import atomic_write
+    from ollie import safe_files
+    path = Path(path)
+    safe_files.make_private_dir(path.parent)
+    text = booster.model_to_string().encode()
+    meta.update(extra_meta, model_sha256=model_digest(text))
+    atomic_write(path, text, mode=0o644)
+    atomic_write(path.with_suffix(".json"),
+                 json.dumps(meta, indent=1, sort_keys=True).encode(), mode=0o644)
+    return path
+
+
+def load_tuned_or_default(load_file, tuned_name: str, default: Path, cache_dir=None):
+    """``load_file`` of the model ``ollie tune`` left in the cache folder under ``tuned_name``,
+    if the folder is usable and the model loads; else of the shipped ``default``."""
+    from ollie.cache import Cache
+    cache = Cache(cache_dir)
+    tuned = cache.dir / tuned_name
+    if tuned.exists() and cache.usable:
+        try:
+            return load_file(tuned)
+        except Exception:  # a damaged or stale tuned model: the shipped one
+            pass
+    return load_file(default)
+
+
 def record_features(record: dict) -> np.ndarray | None:
     """A record's feature vector; recomputed from its program text if features changed."""
     if record.get("feature_version") == features.FEATURE_VERSION and \
@@ -163,34 +212,12 @@ class LearnedCost:
         usable (a trusted folder, an intact file); else the shipped default."""
         if path is not None:
             return cls.load_file(path)
-        from ollie.cache import Cache
-        cache = Cache(cache_dir)
-        tuned = cache.dir / TUNED_MODEL
-        if tuned.exists() and cache.usable:
-            try:
-                return cls.load_file(tuned)
-            except Exception:  # a damaged tuned model falls back to the shipped one
-                pass
-        return cls.load_default()
+        return load_tuned_or_default(cls.load_file, TUNED_MODEL, DEFAULT_MODEL, cache_dir)
 
     @classmethod
     def load_file(cls, path: str | os.PathLike) -> "LearnedCost":
-        """The model at ``path``, after its checksum (kept in the ``.json`` beside it) matched:
-        LightGBM aborts the whole process on some damaged model files, so it only ever sees
-        the exact text ``save`` wrote. ``ValueError`` for a damaged, foreign or stale model."""
-        from ollie import safe_files
-        path = Path(path)
-        try:
-            text = safe_files.read_regular(path, MODEL_CAP)
-            meta = safe_files.loads_bounded(
-                safe_files.read_regular(path.with_suffix(".json"), MODEL_CAP))
-        except OSError as e:
-            raise ValueError(f"{path}: cannot read the model or its metadata ({e})") from None
-        if not isinstance(meta, dict) or meta.get("model_sha256") != model_digest(text):
-            raise ValueError(f"{path}: the model does not match the checksum saved with it "
-                             "(damaged or written by something else); retrain with `ollie tune`")
-        import lightgbm as lgb
-        booster = lgb.Booster(model_str=text.decode("utf-8"))
+        """The model at ``path`` (``load_booster``), trained on today's features."""
+        booster, meta = load_booster(path)
         if meta.get("feature_version", features.FEATURE_VERSION) != features.FEATURE_VERSION \
                 or booster.num_feature() != len(features.FEATURE_NAMES):
             raise ValueError(f"{path}: trained on other features (version "
@@ -198,19 +225,7 @@ class LearnedCost:
         return cls(booster, meta)
 
     def save(self, path: str | os.PathLike, **extra_meta) -> Path:
-        """LightGBM text at ``path`` and metadata beside it (``.json``, with the text's sha256),
-        each written atomically; the metadata goes last, so a model replaced half-way (a
-        killed ``ollie tune``) fails its checksum instead of loading."""
-        from ollie.cache import atomic_write
-        from ollie import safe_files
-        path = Path(path)
-        safe_files.make_private_dir(path.parent)
-        text = self.booster.model_to_string().encode()
-        self.meta.update(extra_meta, model_sha256=model_digest(text))
-        atomic_write(path, text, mode=0o644)
-        atomic_write(path.with_suffix(".json"),
-                     json.dumps(self.meta, indent=1, sort_keys=True).encode(), mode=0o644)
-        return path
+        return save_booster(self.booster, self.meta, path, **extra_meta)
 
     # -- predicting --------------------------------------------------------------------------
     def predict_features(self, X: np.ndarray) -> np.ndarray:
@@ -257,8 +272,11 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     if len(a) < 2:
         return float("nan")
     try:
+        import warnings
         from scipy.stats import spearmanr
-        return float(spearmanr(a, b).statistic)
+        with warnings.catch_warnings():  # constant input: NaN, which callers handle
+            warnings.simplefilter("ignore")
+            return float(spearmanr(a, b).statistic)
     except ImportError:
         ra, rb = _ranks(a), _ranks(b)
         if ra.std() == 0 or rb.std() == 0:

@@ -1,0 +1,164 @@
+"""The candidate ranker: seconds of a whole candidate, from what its lowering runs.
+
+Extraction prices scopes one at a time (``ollie.cost.learned``); once it has picked a few
+whole programs, the ranker orders them, so that only the best one or two are measured. It
+reads ``ollie.cost.lowered``'s features (the ATen calls of the lowering, at torch's thread
+count) and predicts log seconds: gradient-boosted trees (LightGBM) learning a correction to a
+roofline fitted on the same data (launches, matmul and conv flops, tiny and strided matrices,
+bytes, transcendental elements), which extrapolates past the trained sizes where trees cannot.
+
+Trained on two datasets, shipped in ``ollie/data``: every candidate of the rank cases
+(``ollie.cost.ranking``, measured at 1 and 2 threads, held-out cases excluded) and the random
+operator programs of the learned model's dataset (1 thread). ``ollie tune`` retrains it with
+this machine's measurements into the cache folder, where ``Ranker.load`` finds it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+import ir
+from ollie.cost import lowered
+from ollie.cost.learned import (
+    DATA_DIR, DEFAULT_DATASET, PARAMS, load_booster, load_tuned_or_default, save_booster,
+)
+
+RANK_MODEL = DATA_DIR / "rank_model.txt"
+RANK_DATASET = DATA_DIR / "rank_dataset.jsonl.gz"
+TUNED_RANKER = "tuned_rank_model.txt"
+ROUNDS = 300
+CANDIDATE_WEIGHT = 4.0   # a derived candidate counts as four random programs: it is the task
+ROOFLINE = {  # name: (feature, initial value, how it enters: "per" unit or "rate")
+    "launch_s": ("kernels", 5e-6, "per"),
+    "matmul_flops_per_s": ("log_matmul_flops", 5e10, "rate"),
+    "small_matmul_flops_per_s": ("log_small_matmul_flops", 5e9, "rate"),
+    "matrix_s": ("log_matmul_matrices", 1e-7, "per"),
+    "strided_matrix_s": ("log_strided_matrices", 1e-6, "per"),
+    "conv_flops_per_s": ("log_conv_flops", 3e10, "rate"),
+    "bytes_per_s": ("log_total_bytes", 5e9, "rate"),
+    "cached_bytes_per_s": ("log_cached_bytes", 5e10, "rate"),
+    "special_per_s": ("log_special_elems", 5e8, "rate"),
+}
+
+
+def roofline_log_seconds(X: np.ndarray, rates: dict) -> np.ndarray:
+    X = np.atleast_2d(X)
+    t = np.zeros(len(X))
+    for name, (feature, _, how) in ROOFLINE.items():
+        col = X[:, lowered.column(feature)]
+        amount = col if not feature.startswith("log_") else np.exp2(col) - 1
+        t += amount * rates[name] if how == "per" else amount / rates[name]
+    return np.log(np.maximum(t, 1e-9))
+
+
+def fit_roofline(X: np.ndarray, y: np.ndarray) -> dict:
+    from scipy.optimize import least_squares
+    keys = list(ROOFLINE)
+    x0 = np.log([ROOFLINE[k][1] for k in keys])
+    fit = least_squares(lambda lp: roofline_log_seconds(X, dict(zip(keys, np.exp(lp)))) - y,
+                        x0, loss="soft_l1", f_scale=0.3)
+    return dict(zip(keys, (float(v) for v in np.exp(fit.x))))
+
+
+def record_threads(record: dict) -> int:
+    """The thread count a record was measured at (its label, else its device string's xN)."""
+    if record.get("threads"):
+        return int(record["threads"])
+    m = re.search(r" x(\d+)$", str(record.get("device", "")))
+    return int(m.group(1)) if m else 1
+
+
+def training_rows(records: Iterable[dict]):
+    """(X, log seconds, weights) of the records whose program lowers; held-out cases never."""
+    rows, ys, ws = [], [], []
+    for r in records:
+        if r.get("held_out") or not (isinstance(r.get("seconds"), (int, float))
+                                     and r["seconds"] > 0):
+            continue
+        try:
+            x = lowered.program_features(ir.parse(r["program"]), record_threads(r))
+        except Exception:  # a program today's codegen cannot lower: not this model's data
+            continue
+        rows.append(x)
+        ys.append(math.log(r["seconds"]))
+        ws.append(CANDIDATE_WEIGHT if r.get("level") in ("candidate", "derived") else 1.0)
+    return np.asarray(rows), np.asarray(ys), np.asarray(ws)
+
+
+class Ranker:
+    """``seconds(programs)``: estimated seconds of each whole program, as lowered."""
+
+    def __init__(self, booster, meta: dict):
+        self.booster, self.meta = booster, dict(meta)
+
+    @classmethod
+    def train(cls, records: Sequence[dict], rounds: int = ROUNDS, **provenance) -> "Ranker":
+        import lightgbm as lgb
+        X, y, w = training_rows(records)
+        if len(y) < 8:
+            raise ValueError(f"Ranker.train: need at least 8 usable records, got {len(y)}")
+        rates = fit_roofline(X, y)
+        params = dict(PARAMS, min_data_in_leaf=min(PARAMS["min_data_in_leaf"], len(y) // 4))
+        data = lgb.Dataset(X, y, weight=w, init_score=roofline_log_seconds(X, rates),
+                           feature_name=list(lowered.NAMES),
+                           params={"min_data_in_bin": 1, "verbose": -1})
+        booster = lgb.train(params, data, num_boost_round=rounds)
+        devices = sorted({str(r.get("device", "?")).rsplit(" x", 1)[0] for r in records})
+        threads = sorted({record_threads(r) for r in records})
+        return cls(booster, {"feature_version": lowered.FEATURE_VERSION,
+                             "feature_names": list(lowered.NAMES), "roofline": rates,
+                             "records": len(y), "devices": devices, "threads": threads,
+                             **provenance})
+
+    @classmethod
+    def load_file(cls, path: str | os.PathLike) -> "Ranker":
+        booster, meta = load_booster(path)
+        if meta.get("feature_version") != lowered.FEATURE_VERSION or \
+                booster.num_feature() != len(lowered.NAMES):
+            raise ValueError(f"{path}: trained on other features; retrain with `ollie tune`")
+        return cls(booster, meta)
+
+    @classmethod
+    def load(cls, cache_dir: str | os.PathLike | None = None) -> "Ranker":
+        """The ranker ``ollie tune`` trained here, else the shipped one."""
+        return load_tuned_or_default(cls.load_file, TUNED_RANKER, RANK_MODEL, cache_dir)
+
+    def save(self, path: str | os.PathLike, **extra_meta) -> Path:
+        return save_booster(self.booster, self.meta, path, **extra_meta)
+
+    def seconds(self, programs: Sequence[ir.Scope], threads: int | None = None) -> np.ndarray:
+        """Estimated seconds per program; NaN where a program cannot be lowered."""
+        rows, ok = [], []
+        for p in programs:
+            try:
+                rows.append(lowered.program_features(p, threads))
+                ok.append(True)
+            except Exception:
+                rows.append(np.zeros(len(lowered.NAMES)))
+                ok.append(False)
+        if not rows:
+            return np.zeros(0)
+        X = np.vstack(rows)
+        est = np.exp(self.booster.predict(X, num_threads=1)
+                     + roofline_log_seconds(X, self.meta["roofline"]))
+        return np.where(ok, est, np.nan)
+
+    def __repr__(self) -> str:
+        return (f"<Ranker trained on {self.meta.get('records', '?')} records from "
+                f"{self.meta.get('devices', '?')} at threads {self.meta.get('threads', '?')}>")
+
+
+def train_default(rank_records: Sequence[dict] | None = None) -> Ranker:
+    """Train the shipped ranker on the shipped datasets and save it in ``ollie/data``."""
+    from ollie import cache
+    from ollie.cost.measure import load_records
+    rank = list(rank_records) if rank_records is not None else load_records(RANK_DATASET)
+    model = Ranker.train(rank + load_records(DEFAULT_DATASET),
+                         versions=cache.current_versions())
+    model.save(RANK_MODEL)
+    return model
