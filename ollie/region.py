@@ -23,7 +23,7 @@ from derivations.normalize import inline_views
 from ollie import cache, progress
 from ollie.cache_lock import decision_lock
 from ollie import cost as cost_model
-from ollie.cost import measure
+from ollie.cost import measure, ranker
 from ollie.log import first_line
 from ollie.numerics import allowed_error, max_relative_error
 
@@ -49,7 +49,8 @@ class RegionReport:
     candidates: list = field(default_factory=list)
     measured: list = field(default_factory=list)      # (rule chain, cost, ok, seconds, reason)
     cached: bool = False                              # decision taken from the disk cache
-    model_pick_ratio: float | None = None             # time of the model's top pick / best
+    model_pick_ratio: float | None = None             # time of the ranker's top pick / best
+    unmeasured: int = 0                               # candidates the ranker left unmeasured
     backend: str = "torch"                            # codegen backend of the chosen kernel
     speedup: float | None = None                      # best original time / best derived
     spread: float | None = None                       # the noise of that ratio (relative)
@@ -66,7 +67,8 @@ class RegionReport:
                 "cost_after": self.cost_after, "eager_s": self.eager_s,
                 "ollie_s": self.ollie_s, "error": self.error, "decision": self.decision,
                 "backend": self.backend, "speedup": self.speedup, "spread": self.spread,
-                "margin": ADOPTION_MARGIN, "remeasured": self.remeasured}
+                "margin": ADOPTION_MARGIN, "remeasured": self.remeasured,
+                "model_pick_ratio": self.model_pick_ratio}
 
     def summary(self) -> str:
         speed = (f", original {self.eager_s * 1e3:.3f} ms vs derived {self.ollie_s * 1e3:.3f} ms"
@@ -100,8 +102,11 @@ class RegionReport:
         if self.error is not None:
             lines.append(f"  check against the original: max relative error {self.error:.2e}")
         if self.model_pick_ratio is not None and len(self.measured) > 1:
-            lines.append(f"  cost model's first choice ran at {self.model_pick_ratio:.2f}× "
+            lines.append(f"  the ranker's first choice ran at {self.model_pick_ratio:.2f}× "
                          "the best measured candidate")
+        if self.unmeasured:
+            lines.append(f"  {self.unmeasured} candidate(s) not measured: the ranker "
+                         "estimates them slower")
         if self.eager_s is not None and self.ollie_s is not None:
             lines.append(f"  measured (best of interleaved runs, uncompiled): original "
                          f"{self.eager_s * 1e3:.3f} ms, derived {self.ollie_s * 1e3:.3f} ms "
@@ -202,10 +207,16 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     cheapest = min(candidates, key=lambda c: c.cost)
     report.chosen, report.rule_chain, report.cost_after = (
         cheapest.program, cheapest.rule_chain, cheapest.cost)
-    if cheapest.cost >= report.cost_before * 0.95 and not second_opinion:
+    # the ranker orders whole candidates by what their lowering runs; only its best one or
+    # two (more where its estimates are close) are measured, and the analytic cost's pick
+    selection = ranker.select(region.expr, [c for c in candidates if c.rule_chain],
+                              cost_model.candidate_ranker(options.cache_dir),
+                              gain=lambda c: c.cost < report.cost_before * 0.95)
+    promising = selection.to_measure + second_opinion
+    report.unmeasured = selection.skipped
+    if not promising:
         report.decision = NOT_CHEAPER
         return
-    promising = [c for c in candidates if c.cost < report.cost_before * 0.95] + second_opinion
     results, labels = [], []
     backends = _backends(options, tensors)
     total = len(backends) * len(promising)
@@ -224,9 +235,8 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
                        for r, backend in zip(results, labels)]
     winner = measure.best(results)
     timed = [r for r in results if r.ok]
-    if timed:  # how good the model's own first choice was: its time over the best measured
-        model_pick = min(timed, key=lambda r: r.candidate.cost)
-        report.model_pick_ratio = model_pick.seconds / min(r.seconds for r in timed)
+    if timed:  # how good the ranker's first choice was: its time over the best measured
+        report.model_pick_ratio = timed[0].seconds / min(r.seconds for r in timed)
     if winner is None:
         report.decision = ("kept: no derived program matched the original ("
                            + "; ".join(r.reason for r in results) + ")")

@@ -40,3 +40,21 @@ def default(cache_dir: str | os.PathLike | None = None) -> ScopeCost:
     if os.environ.get("OLLIE_COST", "learned") == "analytic":
         return analytic
     return _learned(None if cache_dir is None else str(cache_dir)) or analytic
+
+
+@functools.lru_cache(maxsize=4)
+def _ranker(cache_dir: str | None = None):
+    try:
+        from ollie.cost.ranker import Ranker
+        return Ranker.load(cache_dir)
+    except Exception as e:  # missing lightgbm, damaged model: every candidate is measured
+        warnings.warn(f"ollie: candidate ranker unavailable ({e}); measuring every candidate")
+        return None
+
+
+def candidate_ranker(cache_dir: str | os.PathLike | None = None):
+    """The candidate ranker (``ollie.cost.ranker``), or None where it cannot load or
+    ``OLLIE_COST=analytic`` (then every promising candidate is measured)."""
+    if os.environ.get("OLLIE_COST", "learned") == "analytic":
+        return None
+    return _ranker(None if cache_dir is None else str(cache_dir))

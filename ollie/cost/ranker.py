@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -162,3 +163,42 @@ def train_default(rank_records: Sequence[dict] | None = None) -> Ranker:
                          versions=cache.current_versions())
     model.save(RANK_MODEL)
     return model
+
+
+# -- using it: measure less -----------------------------------------------------------------------
+MEASURE_TOP = 2     # candidates measured whatever the estimates say
+UNSURE = 1.25       # further candidates estimated within this factor of the best are measured too
+WORTH = 0.95        # a candidate estimated above this share of the original's time is no gain
+
+
+@dataclass(frozen=True)
+class Selection:
+    to_measure: list      # candidates, in the ranker's order
+    estimates: list       # the ranker's seconds for each (NaN: it could not price one)
+    original_s: float     # its estimate for the original program
+    skipped: int          # candidates left unmeasured
+
+
+def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
+           gain: Callable[[object], bool] = lambda c: False,
+           threads: int | None = None) -> Selection:
+    """Which candidates (objects with ``.program``) to measure, best first.
+
+    A candidate is worth measuring where the ranker estimates it under ``WORTH`` of the
+    original's time, or ``gain(candidate)`` says so (extraction's own estimate), or the
+    ranker cannot price it. Of those, the ranker's top ``MEASURE_TOP``, then any estimated
+    within ``UNSURE`` of the best (estimates that close do not decide), and the unpriced.
+    Without a ranker: the candidates ``gain`` accepts, as given."""
+    if ranker is None or not candidates:
+        kept = [c for c in candidates if gain(c)]
+        return Selection(kept, [math.nan] * len(kept), math.nan, len(candidates) - len(kept))
+    est = ranker.seconds([original] + [c.program for c in candidates], threads)
+    original_s, est = float(est[0]), [float(e) for e in est[1:]]
+    worth = [i for i, c in enumerate(candidates)
+             if math.isnan(est[i]) or est[i] < WORTH * original_s or gain(c)]
+    priced = sorted((i for i in worth if not math.isnan(est[i])), key=lambda i: est[i])
+    chosen = [i for rank, i in enumerate(priced)
+              if rank < MEASURE_TOP or est[i] <= UNSURE * est[priced[0]]]
+    chosen += [i for i in worth if math.isnan(est[i])]
+    return Selection([candidates[i] for i in chosen], [est[i] for i in chosen], original_s,
+                     len(candidates) - len(chosen))

@@ -98,3 +98,6 @@ def test_tune_measures_and_saves_a_model_the_loader_finds(tmp_path):
     assert report["measured"] >= 3 and (tmp_path / learned_cost.TUNED_MODEL).exists()
     assert len(measure.load_records(tmp_path / "measurements.jsonl")) == report["measured"]
     assert LearnedCost.load(cache_dir=tmp_path).meta["device"] == report["device"]
+    from ollie.cost.ranker import TUNED_RANKER, Ranker
+    assert Ranker.load(tmp_path).meta["device"] == report["device"]
+    assert (tmp_path / TUNED_RANKER).exists()
