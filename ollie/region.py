@@ -211,7 +211,8 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     # two (more where its estimates are close) are measured, and the analytic cost's pick
     selection = ranker.select(region.expr, [c for c in candidates if c.rule_chain],
                               cost_model.candidate_ranker(options.cache_dir),
-                              gain=lambda c: c.cost < report.cost_before * 0.95)
+                              gain=lambda c: c.cost < report.cost_before * 0.95,
+                              fused=options.inductor)
     promising = selection.to_measure + second_opinion
     report.unmeasured = selection.skipped
     if not promising:

@@ -107,10 +107,25 @@ def _matmul_dims(func, flat_in, out) -> tuple[int, int, int, int]:
     return 1, out.shape[0], out.shape[1], k
 
 
-def trace_calls(program: ir.Scope) -> list[tuple]:
-    """The ATen calls of ``program``'s lowering, run once on meta tensors."""
+@lru_cache(maxsize=1024)
+def _kernel(program: ir.Scope, fused: bool):
     import codegen
-    kernel = codegen.lower(program, backend="torch")
+    return codegen.lower(program, backend="torch", fused=fused)
+
+
+def work_key(program: ir.Scope, fused: bool = False) -> tuple:
+    """The calls ``program``'s lowering makes, with their operands' shapes and strides:
+    programs with the same key do the same work (extraction may find several spellings of
+    one program)."""
+    return tuple((str(func), tuple((tuple(t.shape), t.stride()) for t in ins))
+                 for func, ins, outs in trace_calls(program, fused))
+
+
+@lru_cache(maxsize=1024)
+def trace_calls(program: ir.Scope, fused: bool = False) -> list[tuple]:
+    """The ATen calls of ``program``'s lowering (``codegen.lower``'s ``fused``: what the
+    measurement times), run once on meta tensors."""
+    kernel = _kernel(program, fused)
     tensors = ir.inputs(program)
     dtypes = {"float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
     args = [torch.empty(tensors[n].shape, device="meta",
@@ -122,12 +137,12 @@ def trace_calls(program: ir.Scope) -> list[tuple]:
 
 
 @lru_cache(maxsize=4096)
-def _program_vector(program: ir.Scope) -> np.ndarray:
+def _program_vector(program: ir.Scope, fused: bool) -> np.ndarray:
     acc = dict.fromkeys(NAMES, 0.0)
     per = {c: [0.0, 0.0, 0.0] for c in CLASSES}
     max_flops = max_bytes = 0.0
     inputs = ir.inputs(program)
-    for func, flat_in, flat_out in trace_calls(program):
+    for func, flat_in, flat_out in trace_calls(program, fused):
         if _is_view(func, flat_in, flat_out):
             acc["views"] += 1
             continue
@@ -194,10 +209,11 @@ def _lg(x: float) -> float:
     return math.log2(1.0 + max(float(x), 0.0))
 
 
-def program_features(program: ir.Scope, threads: int | None = None) -> np.ndarray:
+def program_features(program: ir.Scope, threads: int | None = None,
+                     fused: bool = False) -> np.ndarray:
     """``len(NAMES)`` floats describing ``program``'s lowering at ``threads`` (default:
     torch's current count)."""
-    vec = _program_vector(program).copy()
+    vec = _program_vector(program, fused).copy()
     vec[_COL["threads"]] = float(threads or torch.get_num_threads())
     return vec
 

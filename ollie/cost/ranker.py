@@ -7,10 +7,12 @@ count) and predicts log seconds: gradient-boosted trees (LightGBM) learning a co
 roofline fitted on the same data (launches, matmul and conv flops, tiny and strided matrices,
 bytes, transcendental elements), which extrapolates past the trained sizes where trees cannot.
 
-Trained on two datasets, shipped in ``ollie/data``: every candidate of the rank cases
-(``ollie.cost.ranking``, measured at 1 and 2 threads, held-out cases excluded) and the random
-operator programs of the learned model's dataset (1 thread). ``ollie tune`` retrains it with
-this machine's measurements into the cache folder, where ``Ranker.load`` finds it.
+Trained on every candidate of the rank cases (``ollie.cost.ranking``: derived candidates
+timed interleaved at 1 and 2 threads, held-out cases excluded), shipped in ``ollie/data``.
+The random operator programs the scope model learns from made its held-out ranking worse
+(timed alone, at 1 thread): they are left out. ``ollie tune`` retrains it with the region
+candidates the compiler measured on this machine, into the cache folder, where
+``Ranker.load`` finds it.
 """
 from __future__ import annotations
 
@@ -26,14 +28,13 @@ import numpy as np
 import ir
 from ollie.cost import lowered
 from ollie.cost.learned import (
-    DATA_DIR, DEFAULT_DATASET, PARAMS, load_booster, load_tuned_or_default, save_booster,
+    DATA_DIR, PARAMS, load_booster, load_tuned_or_default, save_booster,
 )
 
 RANK_MODEL = DATA_DIR / "rank_model.txt"
 RANK_DATASET = DATA_DIR / "rank_dataset.jsonl.gz"
 TUNED_RANKER = "tuned_rank_model.txt"
 ROUNDS = 300
-CANDIDATE_WEIGHT = 4.0   # a derived candidate counts as four random programs: it is the task
 ROOFLINE = {  # name: (feature, initial value, how it enters: "per" unit or "rate")
     "launch_s": ("kernels", 5e-6, "per"),
     "matmul_flops_per_s": ("log_matmul_flops", 5e10, "rate"),
@@ -75,8 +76,8 @@ def record_threads(record: dict) -> int:
 
 
 def training_rows(records: Iterable[dict]):
-    """(X, log seconds, weights) of the records whose program lowers; held-out cases never."""
-    rows, ys, ws = [], [], []
+    """(X, log seconds) of the records whose program lowers; held-out cases never."""
+    rows, ys = [], []
     for r in records:
         if r.get("held_out") or not (isinstance(r.get("seconds"), (int, float))
                                      and r["seconds"] > 0):
@@ -87,8 +88,7 @@ def training_rows(records: Iterable[dict]):
             continue
         rows.append(x)
         ys.append(math.log(r["seconds"]))
-        ws.append(CANDIDATE_WEIGHT if r.get("level") in ("candidate", "derived") else 1.0)
-    return np.asarray(rows), np.asarray(ys), np.asarray(ws)
+    return np.asarray(rows), np.asarray(ys)
 
 
 class Ranker:
@@ -100,12 +100,12 @@ class Ranker:
     @classmethod
     def train(cls, records: Sequence[dict], rounds: int = ROUNDS, **provenance) -> "Ranker":
         import lightgbm as lgb
-        X, y, w = training_rows(records)
+        X, y = training_rows(records)
         if len(y) < 8:
             raise ValueError(f"Ranker.train: need at least 8 usable records, got {len(y)}")
         rates = fit_roofline(X, y)
         params = dict(PARAMS, min_data_in_leaf=min(PARAMS["min_data_in_leaf"], len(y) // 4))
-        data = lgb.Dataset(X, y, weight=w, init_score=roofline_log_seconds(X, rates),
+        data = lgb.Dataset(X, y, init_score=roofline_log_seconds(X, rates),
                            feature_name=list(lowered.NAMES),
                            params={"min_data_in_bin": 1, "verbose": -1})
         booster = lgb.train(params, data, num_boost_round=rounds)
@@ -132,12 +132,14 @@ class Ranker:
     def save(self, path: str | os.PathLike, **extra_meta) -> Path:
         return save_booster(self.booster, self.meta, path, **extra_meta)
 
-    def seconds(self, programs: Sequence[ir.Scope], threads: int | None = None) -> np.ndarray:
-        """Estimated seconds per program; NaN where a program cannot be lowered."""
+    def seconds(self, programs: Sequence[ir.Scope], threads: int | None = None,
+                fused: bool = False) -> np.ndarray:
+        """Estimated seconds per program (lowered with ``fused``, see ``codegen.lower``);
+        NaN where a program cannot be lowered."""
         rows, ok = [], []
         for p in programs:
             try:
-                rows.append(lowered.program_features(p, threads))
+                rows.append(lowered.program_features(p, threads, fused))
                 ok.append(True)
             except Exception:
                 rows.append(np.zeros(len(lowered.NAMES)))
@@ -154,13 +156,11 @@ class Ranker:
                 f"{self.meta.get('devices', '?')} at threads {self.meta.get('threads', '?')}>")
 
 
-def train_default(rank_records: Sequence[dict] | None = None) -> Ranker:
-    """Train the shipped ranker on the shipped datasets and save it in ``ollie/data``."""
+def train_default() -> Ranker:
+    """Train the shipped ranker on the shipped rank dataset and save it in ``ollie/data``."""
     from ollie import cache
     from ollie.cost.measure import load_records
-    rank = list(rank_records) if rank_records is not None else load_records(RANK_DATASET)
-    model = Ranker.train(rank + load_records(DEFAULT_DATASET),
-                         versions=cache.current_versions())
+    model = Ranker.train(load_records(RANK_DATASET), versions=cache.current_versions())
     model.save(RANK_MODEL)
     return model
 
@@ -181,18 +181,20 @@ class Selection:
 
 def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
            gain: Callable[[object], bool] = lambda c: False,
-           threads: int | None = None) -> Selection:
+           threads: int | None = None, fused: bool = False) -> Selection:
     """Which candidates (objects with ``.program``) to measure, best first.
 
-    A candidate is worth measuring where the ranker estimates it under ``WORTH`` of the
+    Candidates doing the same work as the original or as another are dropped. A candidate is worth measuring where the ranker estimates it under ``WORTH`` of the
     original's time, or ``gain(candidate)`` says so (extraction's own estimate), or the
     ranker cannot price it. Of those, the ranker's top ``MEASURE_TOP``, then any estimated
     within ``UNSURE`` of the best (estimates that close do not decide), and the unpriced.
     Without a ranker: the candidates ``gain`` accepts, as given."""
+    everything = candidates
+    candidates = _distinct_work(original, candidates, fused)
     if ranker is None or not candidates:
         kept = [c for c in candidates if gain(c)]
-        return Selection(kept, [math.nan] * len(kept), math.nan, len(candidates) - len(kept))
-    est = ranker.seconds([original] + [c.program for c in candidates], threads)
+        return Selection(kept, [math.nan] * len(kept), math.nan, len(everything) - len(kept))
+    est = ranker.seconds([original] + [c.program for c in candidates], threads, fused)
     original_s, est = float(est[0]), [float(e) for e in est[1:]]
     worth = [i for i, c in enumerate(candidates)
              if math.isnan(est[i]) or est[i] < WORTH * original_s or gain(c)]
@@ -201,4 +203,21 @@ def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
               if rank < MEASURE_TOP or est[i] <= UNSURE * est[priced[0]]]
     chosen += [i for i in worth if math.isnan(est[i])]
     return Selection([candidates[i] for i in chosen], [est[i] for i in chosen], original_s,
-                     len(candidates) - len(chosen))
+                     len(everything) - len(chosen))
+
+
+def _distinct_work(original: ir.Scope, candidates: Sequence, fused: bool) -> list:
+    """The candidates, less those doing the original's work or an earlier one's (the same
+    calls on the same shapes and strides: measuring them again tells nothing)."""
+    def key(program):
+        try:
+            return lowered.work_key(program, fused)
+        except Exception:  # it does not lower here: keep it, measurement will tell
+            return id(program)
+    seen, out = {key(original)}, []
+    for c in candidates:
+        k = key(c.program)
+        if k not in seen:
+            seen.add(k)
+            out.append(c)
+    return out

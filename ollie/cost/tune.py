@@ -361,11 +361,11 @@ def tune(n_cases: int = 40, cache_dir=None, cap: float = 0.1, seed: int | None =
     shipped = measure.load_records(DEFAULT_DATASET) if len(local) < 300 else []
     model = LearnedCost.train(local + shipped)
     path = model.save(cache.dir / TUNED_MODEL, device=device)
-    # the candidate ranker learns from the same timings, the region candidates the
-    # compiler measured here included, beside its shipped data
+    # the candidate ranker learns from the region candidates the compiler measured here,
+    # beside its shipped data
     from ollie.cost.ranker import RANK_DATASET, TUNED_RANKER, Ranker
-    ranked = Ranker.train(local + measure.load_records(RANK_DATASET)
-                          + measure.load_records(DEFAULT_DATASET))
+    ranked = Ranker.train([r for r in local if r.get("family") == "region"]
+                          + measure.load_records(RANK_DATASET))
     ranked.save(cache.dir / TUNED_RANKER, device=device)
     return {"measured": len(new), "trained_on": len(local) + len(shipped),
             "device": device, "model": str(path), **remeasure_noisy(cache.dir)}

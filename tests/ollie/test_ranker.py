@@ -53,7 +53,7 @@ def test_held_out_cases_never_train():
     records = measure.load_records(RANK_DATASET)
     held = [r for r in records if r.get("held_out")]
     assert {r["group"] for r in held} == {c.name for c in ranking.CASES if c.held_out}
-    X, y, w = training_rows(held[:20])
+    X, y = training_rows(held[:20])
     assert len(y) == 0
 
 
@@ -73,7 +73,7 @@ class FakeRanker:
     def __init__(self, times):
         self.times = times
 
-    def seconds(self, programs, threads=None):
+    def seconds(self, programs, threads=None, fused=False):
         return np.asarray([self.times[p] for p in programs], dtype=float)
 
 
