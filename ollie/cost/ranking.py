@@ -10,6 +10,8 @@ its case (``group``), the thread count and whether the case is held out of train
 
     python -m ollie.cost.ranking collect --threads 1,2 --out ranks.jsonl
     python -m ollie.cost.ranking evaluate ranks.jsonl [--model M]
+    python -m ollie.cost.ranking collect --threads 1,2 --variants 3 --out train.jsonl
+    python -m ollie.cost.ranking ship train.jsonl   # the shipped ranker and its data
 
 ``evaluate`` reports, per thread count and for held-out cases apart: the mean Spearman of
 the model's estimates against the times, how often the model's pick is the fastest or within
@@ -351,7 +353,17 @@ def main(argv=None) -> None:
                         "scope costs")
     e.add_argument("--model", default=None, help="a ranker model file (default: shipped)")
     e.add_argument("--per-case", action="store_true")
+    t = sub.add_parser("ship", help="make collected timings the shipped rank dataset and "
+                       "train the shipped ranker on them (held-out cases excluded)")
+    t.add_argument("data", type=Path)
     args = p.parse_args(argv)
+    if args.command == "ship":
+        import gzip
+        from ollie.cost.ranker import RANK_DATASET, train_default
+        with gzip.GzipFile(RANK_DATASET, "wb", mtime=0) as out:
+            out.write(args.data.read_bytes())
+        print(train_default())
+        return
     if args.command == "collect":
         names = [n for n in args.cases.split(",") if n]
         unknown = [n for n in names if n not in BY_NAME]
