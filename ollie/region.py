@@ -106,7 +106,7 @@ class RegionReport:
                          "the best measured candidate")
         if self.unmeasured:
             lines.append(f"  {self.unmeasured} candidate(s) not measured: the ranker "
-                         "estimates them slower")
+                         "estimates them slower, or they make the same calls as another")
         if self.eager_s is not None and self.ollie_s is not None:
             lines.append(f"  measured (best of interleaved runs, uncompiled): original "
                          f"{self.eager_s * 1e3:.3f} ms, derived {self.ollie_s * 1e3:.3f} ms "

@@ -121,6 +121,12 @@ def work_key(program: ir.Scope, fused: bool = False) -> tuple:
                  for func, ins, outs in trace_calls(program, fused))
 
 
+def operators(program: ir.Scope, fused: bool = False) -> frozenset[str]:
+    """The ATen operators ``program``'s lowering calls (views aside)."""
+    return frozenset(str(func) for func, ins, outs in trace_calls(program, fused)
+                     if not _is_view(func, ins, outs))
+
+
 @lru_cache(maxsize=1024)
 def trace_calls(program: ir.Scope, fused: bool = False) -> list[tuple]:
     """The ATen calls of ``program``'s lowering (``codegen.lower``'s ``fused``: what the

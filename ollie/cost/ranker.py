@@ -76,19 +76,22 @@ def record_threads(record: dict) -> int:
 
 
 def training_rows(records: Iterable[dict]):
-    """(X, log seconds) of the records whose program lowers; held-out cases never."""
-    rows, ys = [], []
+    """(X, log seconds, the ATen operators their lowerings call) of the records whose
+    program lowers; held-out cases never."""
+    rows, ys, ops = [], [], set()
     for r in records:
         if r.get("held_out") or not (isinstance(r.get("seconds"), (int, float))
                                      and r["seconds"] > 0):
             continue
         try:
-            x = lowered.program_features(ir.parse(r["program"]), record_threads(r))
+            program = ir.parse(r["program"])
+            x = lowered.program_features(program, record_threads(r))
         except Exception:  # a program today's codegen cannot lower: not this model's data
             continue
         rows.append(x)
         ys.append(math.log(r["seconds"]))
-    return np.asarray(rows), np.asarray(ys)
+        ops |= lowered.operators(program)
+    return np.asarray(rows), np.asarray(ys), ops
 
 
 class Ranker:
@@ -100,7 +103,7 @@ class Ranker:
     @classmethod
     def train(cls, records: Sequence[dict], rounds: int = ROUNDS, **provenance) -> "Ranker":
         import lightgbm as lgb
-        X, y = training_rows(records)
+        X, y, ops = training_rows(records)
         if len(y) < 8:
             raise ValueError(f"Ranker.train: need at least 8 usable records, got {len(y)}")
         rates = fit_roofline(X, y)
@@ -114,6 +117,7 @@ class Ranker:
         return cls(booster, {"feature_version": lowered.FEATURE_VERSION,
                              "feature_names": list(lowered.NAMES), "roofline": rates,
                              "records": len(y), "devices": devices, "threads": threads,
+                             "operators": sorted(ops),
                              **provenance})
 
     @classmethod
@@ -131,6 +135,11 @@ class Ranker:
 
     def save(self, path: str | os.PathLike, **extra_meta) -> Path:
         return save_booster(self.booster, self.meta, path, **extra_meta)
+
+    def familiar(self, program: ir.Scope, fused: bool = False) -> bool:
+        """Whether every operator ``program``'s lowering calls was in the training data (an
+        estimate for calls never timed is a guess)."""
+        return lowered.operators(program, fused) <= set(self.meta.get("operators", ()))
 
     def seconds(self, programs: Sequence[ir.Scope], threads: int | None = None,
                 fused: bool = False) -> np.ndarray:
@@ -186,7 +195,8 @@ def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
 
     Candidates doing the same work as the original or as another are dropped. A candidate is worth measuring where the ranker estimates it under ``WORTH`` of the
     original's time, or ``gain(candidate)`` says so (extraction's own estimate), or the
-    ranker cannot price it. Of those, the ranker's top ``MEASURE_TOP``, then any estimated
+    ranker cannot price it (it fails to lower, or calls operators the ranker was never
+    trained on). Of those, the ranker's top ``MEASURE_TOP``, then any estimated
     within ``UNSURE`` of the best (estimates that close do not decide), and the unpriced.
     Without a ranker: the candidates ``gain`` accepts, as given."""
     everything = candidates
@@ -196,6 +206,9 @@ def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
         return Selection(kept, [math.nan] * len(kept), math.nan, len(everything) - len(kept))
     est = ranker.seconds([original] + [c.program for c in candidates], threads, fused)
     original_s, est = float(est[0]), [float(e) for e in est[1:]]
+    for i, c in enumerate(candidates):  # a guess is no estimate: measure those
+        if not ranker.familiar(c.program, fused):
+            est[i] = math.nan
     worth = [i for i, c in enumerate(candidates)
              if math.isnan(est[i]) or est[i] < WORTH * original_s or gain(c)]
     priced = sorted((i for i in worth if not math.isnan(est[i])), key=lambda i: est[i])

@@ -53,7 +53,7 @@ def test_held_out_cases_never_train():
     records = measure.load_records(RANK_DATASET)
     held = [r for r in records if r.get("held_out")]
     assert {r["group"] for r in held} == {c.name for c in ranking.CASES if c.held_out}
-    X, y = training_rows(held[:20])
+    X, y, ops = training_rows(held[:20])
     assert len(y) == 0
 
 
@@ -72,6 +72,9 @@ def test_shipped_ranker_ranks_held_out_cases_better_than_extraction_cost(shipped
 class FakeRanker:
     def __init__(self, times):
         self.times = times
+
+    def familiar(self, program, fused=False):
+        return True
 
     def seconds(self, programs, threads=None, fused=False):
         return np.asarray([self.times[p] for p in programs], dtype=float)
@@ -108,3 +111,15 @@ def test_train_save_load_round_trip_and_damage(tmp_path):
     path.write_text(path.read_text().replace("tree", "tref", 1))
     with pytest.raises(ValueError, match="checksum"):
         Ranker.load_file(path)
+
+
+def test_a_candidate_calling_operators_never_trained_on_is_unfamiliar():
+    chains = [r for r in measure.load_records(RANK_DATASET)
+              if r["group"].startswith("chain_thin_last")]
+    model = Ranker.train(chains, rounds=5)
+    assert model.familiar(build("a @ b", {"a": (16, 8), "b": (8, 4)}))
+    conv = build("F.conv2d(x, w)", {"x": (1, 4, 8, 8), "w": (2, 4, 3, 3)})
+    assert not model.familiar(conv)
+    # select measures an unfamiliar candidate whatever its estimate
+    cands = [SimpleNamespace(program=conv)]
+    assert select(build("a @ b", {"a": (16, 8), "b": (8, 4)}), cands, model).to_measure == cands
