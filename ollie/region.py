@@ -23,7 +23,8 @@ from derivations.normalize import inline_views
 from ollie import cache, progress
 from ollie.cache_lock import decision_lock
 from ollie import cost as cost_model
-from ollie.cost import measure, ranker
+from ollie.capture import contractions
+from ollie.cost import lowered, measure, ranker
 from ollie.log import first_line
 from ollie.numerics import allowed_error, max_relative_error
 
@@ -126,7 +127,9 @@ def _us(seconds: float) -> str:
 ADOPTED = "adopted"
 NOT_CHEAPER = "kept: no derived form is cheaper than the captured one"
 NOT_FASTER = "kept: the derived program measured not clearly faster than the original"
-CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER)
+GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts); "
+             "Inductor fuses the work around them in either form")
+CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER, GLUE_ONLY)
 ADOPTION_MARGIN = 0.95  # a kernel must beat eager by 5%: a tie is noise, not a win
 QUICK_CHECK = 1 << 22   # iteration points the interpreter checks in well under a second
 
@@ -207,9 +210,16 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     cheapest = min(candidates, key=lambda c: c.cost)
     report.chosen, report.rule_chain, report.cost_after = (
         cheapest.program, cheapest.rule_chain, cheapest.cost)
+    derived = [c for c in candidates if c.rule_chain]
+    if options.inductor:  # their gain over the region run eagerly is Inductor's fusion's too
+        derived, second_opinion = ([c for c in cs if not _contractions_unchanged(region, c)]
+                                   for cs in (derived, second_opinion))
+        if not derived and not second_opinion:
+            report.decision = GLUE_ONLY
+            return
     # the ranker orders whole candidates by what their lowering runs; only its best one or
     # two (more where its estimates are close) are measured, and the analytic cost's pick
-    selection = ranker.select(region.expr, [c for c in candidates if c.rule_chain],
+    selection = ranker.select(region.expr, derived,
                               cost_model.candidate_ranker(options.cache_dir),
                               gain=lambda c: c.cost < report.cost_before * 0.95,
                               fused=options.inductor)
@@ -263,6 +273,18 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         report.decision = NOT_FASTER
         return
     _adopt(report, winner.kernel)
+
+
+def _contractions_unchanged(region, candidate) -> bool:
+    """Whether the candidate's lowering runs the region's contractions as they are (same
+    operators, work and operand layouts), only reordering the work around them."""
+    try:
+        calls = lowered.trace_calls(candidate.program, fused=True)
+    except Exception:  # it does not lower on meta tensors: measurement will tell
+        return False
+    mine = contractions.call_signature((func, args, kwargs, outs[0] if len(outs) == 1 else
+                                        tuple(outs)) for func, _, outs, args, kwargs in calls)
+    return bool(mine) and mine == contractions.signature(region.members)
 
 
 def _analytic_pick(original: ir.Scope, derivation, candidates: list, cost) -> list:

@@ -2,10 +2,10 @@
 products, convolutions, attention), with their work (flops, two per multiply-add) and
 operand layouts.
 
-Two readers: ``size_range`` compares the work of two forms as polynomials in the size
-symbols, and ``graph_pass`` recognises a rewrite that leaves every contraction as it was
-(same operators, work and layouts) and only reorders the memory-bound work around them,
-which Inductor fuses in either form.
+Readers: ``size_range`` compares the work of two forms as polynomials in the size symbols;
+``graph_pass`` recognises a rewrite that leaves every contraction as it was (same operators,
+work and layouts) and only reorders the memory-bound work around them, which Inductor fuses
+in either form; ``region`` skips such candidates before measuring them.
 """
 from __future__ import annotations
 
@@ -15,18 +15,26 @@ import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
 
+def _flops(target, args, kwargs, out_val) -> sympy.Expr | None:
+    """Torch's flop formula for one call (None: not a contraction)."""
+    formula = flop_registry.get(getattr(target, "overloadpacket", None))
+    if formula is None:
+        return None
+    count = formula(*args, **kwargs, out_val=out_val)
+    return count.node.expr if isinstance(count, torch.SymInt) else sympy.Integer(count)
+
+
 def counted(nodes) -> list[tuple[fx.Node, sympy.Expr]]:
     """``(node, flops)`` of each contraction among ``nodes`` (from ``meta["val"]``;
     a polynomial in the size symbols where sizes are symbolic)."""
     out = []
     for n in nodes:
-        formula = flop_registry.get(getattr(n.target, "overloadpacket", None))
-        if n.op != "call_function" or formula is None:
+        if n.op != "call_function":
             continue
         args, kwargs = fx.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
-        count = formula(*args, **kwargs, out_val=n.meta.get("val"))
-        out.append((n, count.node.expr if isinstance(count, torch.SymInt)
-                    else sympy.Integer(count)))
+        count = _flops(n.target, args, kwargs, n.meta.get("val"))
+        if count is not None:
+            out.append((n, count))
     return out
 
 
@@ -38,10 +46,30 @@ def work(nodes) -> list[tuple[str, str]]:
 def signature(nodes) -> list[tuple]:
     """The contractions as comparable data: operator, flops, and the shapes and
     strides of their tensor operands, in a canonical order."""
-    def layout(a):
-        v = a.meta.get("val") if isinstance(a, fx.Node) else None
-        return (tuple(v.shape), tuple(v.stride())) if isinstance(v, torch.Tensor) else None
+    calls = ((n.target, *fx.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val")),
+              n.meta.get("val")) for n in nodes if n.op == "call_function")
+    return call_signature(calls)
 
-    return sorted((str(n.target.overloadpacket), str(count),
-                   tuple(layout(a) for a in n.args if isinstance(a, fx.Node)))
-                  for n, count in counted(nodes))
+
+# a product with its bias added in the same call: the product is the contraction, the
+# addition is work around it (mm then add is the same contraction)
+WITH_BIAS = {"aten.addmm": "aten.mm", "aten.baddbmm": "aten.bmm", "aten.addmv": "aten.mv"}
+
+
+def call_signature(calls) -> list[tuple]:
+    """``signature`` of calls as they reached the dispatcher: ``(operator, args, kwargs,
+    output)`` with tensor values (``ollie.cost.lowered.trace_calls``)."""
+    def layout(v):
+        return (tuple(v.shape), tuple(v.stride()))
+
+    out = []
+    for target, args, kwargs, val in calls:
+        count = _flops(target, args, kwargs, val)
+        if count is None:
+            continue
+        name = str(target.overloadpacket)
+        operands = [a for a in args if isinstance(a, torch.Tensor)]
+        if name in WITH_BIAS:
+            name, operands = WITH_BIAS[name], operands[1:]
+        out.append((name, str(count), tuple(layout(a) for a in operands)))
+    return sorted(out)

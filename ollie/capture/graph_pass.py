@@ -202,8 +202,6 @@ def _wide(x):
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
-GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts); "
-             "Inductor fuses the work around them in either form")
 
 
 def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
@@ -224,7 +222,7 @@ def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
             rr.kernel, rr.decision = None, f"kept: {e}"
             continue
         if inductor and _same_contractions(region, traced):
-            rr.kernel, rr.decision = None, GLUE_ONLY
+            rr.kernel, rr.decision = None, region_mod.GLUE_ONLY
             continue
         # What runs is the traced graph, so it is what is checked (a kernel whose work the
         # trace cannot see, such as a raw Triton launch, would leave its output unwritten).

@@ -73,7 +73,7 @@ class _Recorder(TorchDispatchMode):
                    if isinstance(a, torch.Tensor)]
         flat_out = [o for o in torch.utils._pytree.tree_leaves(out)
                     if isinstance(o, torch.Tensor)]
-        self.calls.append((func, flat_in, flat_out))
+        self.calls.append((func, flat_in, flat_out, args, kwargs or {}))
         return out
 
 
@@ -118,19 +118,20 @@ def work_key(program: ir.Scope, fused: bool = False) -> tuple:
     programs with the same key do the same work (extraction may find several spellings of
     one program)."""
     return tuple((str(func), tuple((tuple(t.shape), t.stride()) for t in ins))
-                 for func, ins, outs in trace_calls(program, fused))
+                 for func, ins, outs, *_ in trace_calls(program, fused))
 
 
 def operators(program: ir.Scope, fused: bool = False) -> frozenset[str]:
     """The ATen operators ``program``'s lowering calls (views aside)."""
-    return frozenset(str(func) for func, ins, outs in trace_calls(program, fused)
+    return frozenset(str(func) for func, ins, outs, *_ in trace_calls(program, fused)
                      if not _is_view(func, ins, outs))
 
 
 @lru_cache(maxsize=1024)
 def trace_calls(program: ir.Scope, fused: bool = False) -> list[tuple]:
     """The ATen calls of ``program``'s lowering (``codegen.lower``'s ``fused``: what the
-    measurement times), run once on meta tensors."""
+    measurement times), run once on meta tensors: ``(operator, tensor inputs, tensor
+    outputs, args, kwargs)`` each."""
     kernel = _kernel(program, fused)
     tensors = ir.inputs(program)
     dtypes = {"float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -148,7 +149,7 @@ def _program_vector(program: ir.Scope, fused: bool) -> np.ndarray:
     per = {c: [0.0, 0.0, 0.0] for c in CLASSES}
     max_flops = max_bytes = 0.0
     inputs = ir.inputs(program)
-    for func, flat_in, flat_out in trace_calls(program, fused):
+    for func, flat_in, flat_out, *_ in trace_calls(program, fused):
         if _is_view(func, flat_in, flat_out):
             acc["views"] += 1
             continue
