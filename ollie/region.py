@@ -8,6 +8,7 @@ runs faster than the nodes it replaces. Otherwise they stay and the report says 
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -219,10 +220,14 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
             return
     # the ranker orders whole candidates by what their lowering runs; only its best one or
     # two (more where its estimates are close) are measured, and the analytic cost's pick
-    selection = ranker.select(region.expr, derived,
-                              cost_model.candidate_ranker(options.cache_dir),
-                              gain=lambda c: c.cost < report.cost_before * 0.95,
-                              fused=options.inductor)
+    # extraction's estimate admits a candidate; under Inductor, so do fewer multiply-adds
+    # in its contractions; without Inductor, so does the ranker's estimate
+    original_flops = _contraction_flops(contractions.signature(region.members))
+    selection = ranker.select(
+        region.expr, derived, cost_model.candidate_ranker(options.cache_dir),
+        gain=lambda c: c.cost < report.cost_before * 0.95 or options.inductor and
+        _contraction_flops(_lowered_contractions(c)) < ADOPTION_MARGIN * original_flops,
+        fused=options.inductor, gate=not options.inductor)
     promising = selection.to_measure + second_opinion
     report.unmeasured = selection.skipped
     if not promising:
@@ -275,15 +280,31 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     _adopt(report, winner.kernel)
 
 
+def _lowered_contractions(candidate) -> list | None:
+    """``contractions.signature`` of the candidate's lowering (None: it does not lower on
+    meta tensors, measurement will tell)."""
+    try:
+        calls = lowered.trace_calls(candidate.program, fused=True)
+    except Exception:
+        return None
+    return contractions.call_signature((func, args, kwargs, outs[0] if len(outs) == 1 else
+                                        tuple(outs)) for func, _, outs, args, kwargs in calls)
+
+
+def _contraction_flops(signature: list | None) -> float:
+    """The signature's multiply-adds (inf: unknown candidate; NaN: symbolic sizes)."""
+    if signature is None:
+        return math.inf
+    try:
+        return sum(float(flops) for _, flops, _ in signature)
+    except ValueError:  # a count in size symbols
+        return math.nan
+
+
 def _contractions_unchanged(region, candidate) -> bool:
     """Whether the candidate's lowering runs the region's contractions as they are (same
     operators, work and operand layouts), only reordering the work around them."""
-    try:
-        calls = lowered.trace_calls(candidate.program, fused=True)
-    except Exception:  # it does not lower on meta tensors: measurement will tell
-        return False
-    mine = contractions.call_signature((func, args, kwargs, outs[0] if len(outs) == 1 else
-                                        tuple(outs)) for func, _, outs, args, kwargs in calls)
+    mine = _lowered_contractions(candidate)
     return bool(mine) and mine == contractions.signature(region.members)
 
 

@@ -138,8 +138,11 @@ class Ranker:
 
     def familiar(self, program: ir.Scope, fused: bool = False) -> bool:
         """Whether every operator ``program``'s lowering calls was in the training data (an
-        estimate for calls never timed is a guess)."""
-        return lowered.operators(program, fused) <= set(self.meta.get("operators", ()))
+        estimate for calls never timed is a guess; one that does not lower is unknown)."""
+        try:
+            return lowered.operators(program, fused) <= set(self.meta.get("operators", ()))
+        except Exception:
+            return False
 
     def seconds(self, programs: Sequence[ir.Scope], threads: int | None = None,
                 fused: bool = False) -> np.ndarray:
@@ -190,15 +193,18 @@ class Selection:
 
 def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
            gain: Callable[[object], bool] = lambda c: False,
-           threads: int | None = None, fused: bool = False) -> Selection:
+           threads: int | None = None, fused: bool = False, gate: bool = True) -> Selection:
     """Which candidates (objects with ``.program``) to measure, best first.
 
-    Candidates doing the same work as the original or as another are dropped. A candidate is worth measuring where the ranker estimates it under ``WORTH`` of the
-    original's time, or ``gain(candidate)`` says so (extraction's own estimate), or the
-    ranker cannot price it (it fails to lower, or calls operators the ranker was never
-    trained on). Of those, the ranker's top ``MEASURE_TOP``, then any estimated
-    within ``UNSURE`` of the best (estimates that close do not decide), and the unpriced.
-    Without a ranker: the candidates ``gain`` accepts, as given."""
+    Candidates doing the same work as the original or as another are dropped. A candidate
+    is worth measuring where ``gain(candidate)`` says so, or, with ``gate``, where the
+    ranker estimates it under ``WORTH`` of the original's time or cannot price it (it fails
+    to lower, or calls operators the ranker was never trained on). The ranker prices the
+    program run uncompiled: where a compiler fuses the work around the contractions, its
+    gains there are not the compiled program's, and the caller passes ``gate=False``. Of
+    those worth it, the ranker's top ``MEASURE_TOP``, then any estimated within ``UNSURE``
+    of the best (estimates that close do not decide), and the unpriced. Without a ranker:
+    the candidates ``gain`` accepts, as given."""
     everything = candidates
     candidates = _distinct_work(original, candidates, fused)
     if ranker is None or not candidates:
@@ -209,8 +215,8 @@ def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
     for i, c in enumerate(candidates):  # a guess is no estimate: measure those
         if not ranker.familiar(c.program, fused):
             est[i] = math.nan
-    worth = [i for i, c in enumerate(candidates)
-             if math.isnan(est[i]) or est[i] < WORTH * original_s or gain(c)]
+    worth = [i for i, c in enumerate(candidates) if gain(c) or gate and (
+        math.isnan(est[i]) or est[i] < WORTH * original_s)]
     priced = sorted((i for i in worth if not math.isnan(est[i])), key=lambda i: est[i])
     chosen = [i for rank, i in enumerate(priced)
               if rank < MEASURE_TOP or est[i] <= UNSURE * est[priced[0]]]
