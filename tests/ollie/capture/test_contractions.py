@@ -32,3 +32,27 @@ def test_another_order_or_layout_changes_it():
 def test_flops_are_counted_per_contraction():
     ((node, count),) = contractions.counted(nodes(lambda a, b: torch.relu(a @ b), a, b))
     assert node.target == torch.ops.aten.mm.default and count == 2 * 64 * 32 * 16  # flops
+
+
+def test_a_product_with_its_bias_is_the_product_then_an_add():
+    fused = nodes(lambda a, b, w: torch.addmm(w, a, b), a, b, w)
+    apart = nodes(lambda a, b, w: a @ b + w, a, b, w)
+    assert contractions.signature(fused) == contractions.signature(apart) != []
+
+
+def test_calls_recorded_at_dispatch_sign_like_the_graph():
+    # what the region compares before measuring: a lowering's calls against the graph's nodes
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.calls.append((func, args, kwargs or {}, out))
+            return out
+
+    with Record() as rec:
+        torch.relu(a @ b) * 2
+    graph = nodes(lambda a, b: torch.relu(a @ b) * 2, a, b)
+    assert contractions.call_signature(rec.calls) == contractions.signature(graph) != []
