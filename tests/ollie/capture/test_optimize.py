@@ -288,3 +288,18 @@ def test_a_rewrite_derived_once_serves_every_size_of_a_dynamic_graph(monkeypatch
         a, b, c = chain_args(m, 512, 4)
         assert torch.allclose(compiled(a, b, c), chain(a, b, c), rtol=1e-4, atol=1e-3)
     assert backend.graphs == 2
+
+
+def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp_path):
+    # relu, scale and shift moved around the product: Inductor fuses them in either form
+    from ollie.region import GLUE_ONLY
+
+    def glue(x, w, s):
+        return torch.relu(x @ w) * s + 1
+
+    f = ollie.optimize(glue, measure_cap_s=0.05, cache_dir=tmp_path)
+    x, w, s = torch.randn(64, 32), torch.randn(32, 16), torch.randn(16)
+    with torch.no_grad():
+        assert torch.allclose(f(x, w, s), glue(x, w, s))
+    (report,) = regions(f)
+    assert report.decision == GLUE_ONLY and report.measured == []
