@@ -212,8 +212,11 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     report.chosen, report.rule_chain, report.cost_after = (
         cheapest.program, cheapest.rule_chain, cheapest.cost)
     derived = [c for c in candidates if c.rule_chain]
-    if options.inductor:  # their gain over the region run eagerly is Inductor's fusion's too
-        derived, second_opinion = ([c for c in cs if not _contractions_unchanged(region, c)]
+    if options.inductor:  # their gain over the region run eagerly is Inductor's fusion's too:
+        # the original with ATen's views read in place (Inductor inlines views as well), and
+        # any program running the original's contractions unchanged
+        derived, second_opinion = ([c for c in cs if c.rule_chain != ("inline_views",)
+                                    and not _contractions_unchanged(region, c)]
                                    for cs in (derived, second_opinion))
         if not derived and not second_opinion:
             report.decision = GLUE_ONLY
