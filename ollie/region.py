@@ -212,20 +212,21 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     report.chosen, report.rule_chain, report.cost_after = (
         cheapest.program, cheapest.rule_chain, cheapest.cost)
     derived = [c for c in candidates if c.rule_chain]
+    original = contractions.signature(region.members)
     if options.inductor:  # their gain over the region run eagerly is Inductor's fusion's too:
         # the original with ATen's views read in place (Inductor inlines views as well), and
         # any program running the original's contractions unchanged
         derived, second_opinion = ([c for c in cs if c.rule_chain != ("inline_views",)
-                                    and not _contractions_unchanged(region, c)]
+                                    and not _contractions_unchanged(original, c)]
                                    for cs in (derived, second_opinion))
         if not derived and not second_opinion:
             report.decision = GLUE_ONLY
             return
-    # the ranker orders whole candidates by what their lowering runs; only its best one or
-    # two (more where its estimates are close) are measured, and the analytic cost's pick
-    # extraction's estimate admits a candidate; under Inductor, so do fewer multiply-adds
-    # in its contractions; without Inductor, so does the ranker's estimate
-    original_flops = _contraction_flops(contractions.signature(region.members))
+    # Extraction's estimate admits a candidate; under Inductor, so do fewer multiply-adds in
+    # its contractions; without Inductor, so does the ranker's estimate. The ranker orders
+    # them by what their lowering runs: its best one or two are measured (more where its
+    # estimates are close), and the analytic cost's pick.
+    original_flops = _contraction_flops(original)
     selection = ranker.select(
         region.expr, derived, cost_model.candidate_ranker(options.cache_dir),
         gain=lambda c: c.cost < report.cost_before * 0.95 or options.inductor and
@@ -288,10 +289,11 @@ def _lowered_contractions(candidate) -> list | None:
     meta tensors, measurement will tell)."""
     try:
         calls = lowered.trace_calls(candidate.program, fused=True)
+        return contractions.call_signature(
+            (func, args, kwargs, outs[0] if len(outs) == 1 else tuple(outs))
+            for func, _, outs, args, kwargs in calls)
     except Exception:
         return None
-    return contractions.call_signature((func, args, kwargs, outs[0] if len(outs) == 1 else
-                                        tuple(outs)) for func, _, outs, args, kwargs in calls)
 
 
 def _contraction_flops(signature: list | None) -> float:
@@ -304,11 +306,11 @@ def _contraction_flops(signature: list | None) -> float:
         return math.nan
 
 
-def _contractions_unchanged(region, candidate) -> bool:
-    """Whether the candidate's lowering runs the region's contractions as they are (same
+def _contractions_unchanged(original: list, candidate) -> bool:
+    """Whether the candidate's lowering runs the ``original`` contractions as they are (same
     operators, work and operand layouts), only reordering the work around them."""
     mine = _lowered_contractions(candidate)
-    return bool(mine) and mine == contractions.signature(region.members)
+    return bool(mine) and mine == original
 
 
 def _analytic_pick(original: ir.Scope, derivation, candidates: list, cost) -> list:
