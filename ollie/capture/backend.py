@@ -131,8 +131,17 @@ class OllieBackend:
                 return compiled
         if choice.runs == eager_or_compiled.EAGER:
             return self._run_eagerly(gm, choice, number, example_inputs)
-        self._note(choice.describe(number))
+        self._note(choice.describe(number, self._compiled_artifact(number)))
         return compiled
+
+    def _compiled_artifact(self, number: int) -> str:
+        """What graph ``number``'s compiled artifact runs, in words."""
+        report = next((r for r in reversed(self.reports)
+                       if r.title.endswith(f"graph {number}")), None)
+        if report is None or not report.adopted:
+            return "Inductor's compile"
+        return ("Ollie's rewritten graph, uncompiled" if report.runs_eagerly
+                else "Inductor's compile of Ollie's rewritten graph")
 
     def _run_eagerly(self, gm, choice, number: int, example_inputs):
         """The graph as captured, run by eager PyTorch. Where it is the whole of a function

@@ -39,16 +39,17 @@ class Choice:
     eager_s: float | None = None
     stored: bool = False           # taken from the disk cache, not measured now
 
-    def describe(self, number: int) -> str:
+    def describe(self, number: int, compiled: str = "Inductor's compile") -> str:
+        """One line for ``explain``; ``compiled`` names what the compiled artifact runs."""
         if self.compiled_s is None or self.eager_s is None:
             return f"graph {number}: {self.runs}"
         ratio = self.compiled_s / self.eager_s
         stored = ", stored in the disk cache" if self.stored else ""
         if self.runs == EAGER:
             return (f"graph {number} runs eagerly (library calls): {ratio:.2f}× faster than "
-                    f"Inductor's compile ({self.eager_s * 1e3:.3f} ms vs "
+                    f"{compiled} ({self.eager_s * 1e3:.3f} ms vs "
                     f"{self.compiled_s * 1e3:.3f} ms{stored})")
-        return (f"graph {number} runs Inductor's compile: {1 / ratio:.2f}× eager's speed "
+        return (f"graph {number} runs {compiled}: {1 / ratio:.2f}× eager's speed "
                 f"({self.compiled_s * 1e3:.3f} ms vs {self.eager_s * 1e3:.3f} ms eager{stored})")
 
 

@@ -189,3 +189,19 @@ def test_a_graph_before_a_break_runs_eagerly_without_skipping_its_function(monke
     with torch.no_grad():
         assert torch.allclose(compile_with(backend, broken)(a, b), (torch.tanh(a) + b) * 2)
     assert any("runs eagerly" in n and "skips" not in n for n in backend.notes), backend.notes
+
+
+def test_explain_names_what_the_compiled_artifact_runs():
+    from ollie.capture import graph_pass
+    backend = ollie.OllieBackend()
+    assert backend._compiled_artifact(1) == "Inductor's compile"  # nothing rewritten
+    report = graph_pass.GraphReport("inference graph 1")
+    report.adopted = True
+    backend.reports.append(report)
+    assert backend._compiled_artifact(1) == "Inductor's compile of Ollie's rewritten graph"
+    report.runs_eagerly = True
+    assert backend._compiled_artifact(1) == "Ollie's rewritten graph, uncompiled"
+    assert backend._compiled_artifact(2) == "Inductor's compile"
+    choice = eager_or_compiled.Choice(eager_or_compiled.COMPILED, 1e-4, 1e-3)
+    assert "graph 1 runs Ollie's rewritten graph, uncompiled: 10.00×" in choice.describe(
+        1, backend._compiled_artifact(1))
