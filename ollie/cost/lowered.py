@@ -20,6 +20,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 import ir
 
@@ -149,7 +150,7 @@ def _program_vector(program: ir.Scope, fused: bool) -> np.ndarray:
     per = {c: [0.0, 0.0, 0.0] for c in CLASSES}
     max_flops = max_bytes = 0.0
     inputs = ir.inputs(program)
-    for func, flat_in, flat_out, *_ in trace_calls(program, fused):
+    for func, flat_in, flat_out, args, kwargs in trace_calls(program, fused):
         if _is_view(func, flat_in, flat_out):
             acc["views"] += 1
             continue
@@ -174,9 +175,9 @@ def _program_vector(program: ir.Scope, fused: bool) -> np.ndarray:
                 acc["log_strided_matrices"] += b
                 acc["log_strided_matmul_bytes"] += sum(_bytes(t) for t in strided)
         elif func in CONV:
-            cls = "conv"
-            w = flat_in[1]
-            acc["log_conv_flops"] += 2.0 * out_elems * (w.numel() / max(w.shape[0], 1))
+            cls = "conv"  # torch's own formula: transposed and grouped convolutions too
+            acc["log_conv_flops"] += float(flop_registry[func.overloadpacket](
+                *args, **kwargs, out_val=flat_out[0]))
         elif func in SOFTMAX:
             cls = "softmax"
             acc["log_special_elems"] += out_elems
