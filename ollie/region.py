@@ -49,7 +49,7 @@ class RegionReport:
     input_names: tuple[str, ...] = ()
     kernel_source: str = ""
     candidates: list = field(default_factory=list)
-    measured: list = field(default_factory=list)      # (rule chain, cost, ok, seconds, reason)
+    measured: list = field(default_factory=list)  # (rule chain, cost, ranker's s, ok, s, why)
     cached: bool = False                              # decision taken from the disk cache
     model_pick_ratio: float | None = None             # time of the ranker's top pick / best
     unmeasured: int = 0                               # candidates the ranker left unmeasured
@@ -90,10 +90,11 @@ class RegionReport:
                          " (figures below are the stored ones)")
         if self.derivation is not None:
             lines.append(f"  derivation: {self.derivation}")
-        for chain, cost, ok, seconds, note in self.measured:
-            lines.append(f"  candidate {' → '.join(chain) or '(original)'}, est. {_us(cost)}: "
-                         + (f"measured {seconds * 1e3:.3f} ms ({note})" if ok
-                            else f"rejected, {note}"))
+        for chain, cost, ranked, ok, seconds, note in self.measured:
+            ranker_says = f", ranker {_us(ranked)}" if math.isfinite(ranked) else ""
+            lines.append(f"  candidate {' → '.join(chain) or '(original)'}, est. {_us(cost)}"
+                         f"{ranker_says}: " + (f"measured {seconds * 1e3:.3f} ms ({note})" if ok
+                                               else f"rejected, {note}"))
         if self.chosen is not None and self.chosen is not self.original:
             label = "chosen program" if adopted else "best derived program (not used)"
             lines.append("  rule chain: " + (" → ".join(self.rule_chain) or "(none)"))
@@ -250,7 +251,9 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
                 labels={"family": "region", "case": report.root_name},
                 cache_dir=options.cache_dir, fused=options.inductor)
             labels.append(backend)
-    report.measured = [(r.candidate.rule_chain, r.candidate.cost, r.ok, r.seconds,
+    ranked = {id(c): s for c, s in zip(selection.to_measure, selection.estimates)}
+    report.measured = [(r.candidate.rule_chain, r.candidate.cost,
+                        ranked.get(id(r.candidate), math.nan), r.ok, r.seconds,
                         f"{backend}: {r.reason}" if r.reason else backend)
                        for r, backend in zip(results, labels)]
     winner = measure.best(results)

@@ -155,7 +155,8 @@ def test_wrong_kernel_is_rejected_and_the_original_kept(monkeypatch):
 def test_explain_names_capture_rule_chain_and_costs_with_units():
     f = ollie.optimize(chain, **FAST)
     text = str(f.explain(*chain_args(128, 256, 4)))
-    for part in ("captured expression", "rule chain", "chosen program", "µs", "decision"):
+    for part in ("captured expression", "rule chain", "chosen program", "µs", "decision",
+                 ", ranker "):  # the candidate ranker's estimate beside each measurement
         assert part in text
 
 
