@@ -135,9 +135,8 @@ def trace_calls(program: ir.Scope, fused: bool = False) -> list[tuple]:
     outputs, args, kwargs)`` each."""
     kernel = _kernel(program, fused)
     tensors = ir.inputs(program)
-    dtypes = {"float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    args = [torch.empty(tensors[n].shape, device="meta",
-                        dtype=dtypes.get(str(tensors[n].dtype), torch.float32))
+    args = [torch.empty(tensors[n].shape, device="meta",  # ir's dtypes are torch's names
+                        dtype=getattr(torch, str(tensors[n].dtype), torch.float32))
             for n in kernel.input_names]
     with _Recorder() as rec, torch.no_grad():
         kernel(*args)

@@ -174,12 +174,6 @@ def candidate_programs(case: RankCase, k: int = 8, budget_s: float = 3.0) -> lis
     return programs
 
 
-def _inputs(program: ir.Scope, names: Sequence[str]) -> tuple[torch.Tensor, ...]:
-    tensors = ir.inputs(program)
-    g = torch.Generator().manual_seed(0)
-    return tuple(torch.randn(tensors[n].shape, generator=g) for n in names)
-
-
 def time_interleaved(calls: Sequence[Callable[[], object]], rounds: int = ROUNDS) -> list[float]:
     """Median seconds per call of each callable, timed in interleaved rounds of blocks."""
     once = []
@@ -207,12 +201,13 @@ def time_candidates(programs: Sequence[ir.Scope]) -> list[float | None]:
     """Seconds per call of each program (None: it failed to lower or disagreed with the
     first program, the original, on random data)."""
     import codegen
+    from ollie.cost.tune import random_inputs
     from ollie.numerics import max_relative_error
     kernels, calls, reference = [], [], None
     for p in programs:
         try:
             kernel = codegen.lower(p, backend="torch")
-            args = _inputs(p, kernel.input_names)
+            args = random_inputs(kernel, p)
             with torch.no_grad():
                 out = kernel(*args)
         except Exception:
