@@ -250,6 +250,18 @@ def product_factors(e: Expr) -> list[Expr]:
     return [e]
 
 
+MAX_POWER = 4  # integer powers up to this are products to the rules ((a - b)**4: 5 terms)
+
+
+def integer_power(e: Expr) -> tuple[Expr, int] | None:
+    """``(x, n)`` if ``e`` is ``x ** n`` with ``n`` an integer in ``1..MAX_POWER``: a product
+    of ``n`` copies of ``x``, exactly (torch's ``pow`` by 2 is ``x * x``)."""
+    if isinstance(e, Binary) and e.op is BinOp.POW and isinstance(e.rhs, Const) and \
+            float(e.rhs.value).is_integer() and 1 <= e.rhs.value <= MAX_POWER:
+        return e.lhs, int(e.rhs.value)
+    return None
+
+
 def build_product(factors: list[Expr]) -> Expr:
     """``f0 * f1 * ...`` (left-nested), ``1`` for no factors: the inverse of product_factors."""
     if not factors:

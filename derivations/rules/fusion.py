@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import sympy
 
-from ir.nodes import Access, Binary, BinOp, Const, Reduce, Scope, Unary, free_iterators, walk
+from ir.nodes import (
+    Access, Binary, BinOp, Const, Reduce, Scope, Unary, free_iterators, integer_power, walk,
+)
 from derivations.index_rules import build_product, product_factors, renamed, scope_like
 from derivations.rules.merging import inlined
 
 __all__ = ["split_terms", "fuse_terms", "hoist", "distribute", "factor"]
 
 _SIGN = {BinOp.ADD: 1, BinOp.SUB: -1}
-MAX_POWER = 4  # integer powers up to this are polynomial (expanded (a - b)**4 has 5 terms)
 
 
 def split_terms(scope: Scope) -> list[Scope]:
@@ -101,9 +102,9 @@ class _Atoms:
             return x + y if e.op is BinOp.ADD else x - y if e.op is BinOp.SUB else x * y
         if isinstance(e, Unary) and e.op.value == "neg":
             return -self.to_poly(e.x)
-        if isinstance(e, Binary) and e.op is BinOp.POW and isinstance(e.rhs, Const) and \
-                float(e.rhs.value).is_integer() and 1 <= e.rhs.value <= MAX_POWER:
-            return self.to_poly(e.lhs) ** int(e.rhs.value)  # x**2 is x*x: it distributes
+        power = integer_power(e)
+        if power is not None:
+            return self.to_poly(power[0]) ** power[1]  # x**2 is x*x: it distributes
         if e not in self.sym:
             s = sympy.Symbol(f"a{len(self.sym)}", commutative=True)
             self.sym[e], self.atom[s] = s, e

@@ -5,6 +5,12 @@
 summation (a gather, an upsample, an elementwise map) is inlined wherever it is read. This
 generalises the name-based egglog ``inline`` to reads at any index expression.
 
+A contraction read as a repeated factor, or raised to a small integer power, is inlined one
+copy at a time, each copy with its own summation iterators (distributivity):
+``(sum[k] G(k))**2 = sum[k, l] G(k) * G(l)``. The squared norm of a product,
+``sum[i,j] (sum[k] A[i,k] B[k,j])**2``, becomes ``sum[k,l] (sum[i] A[i,k] A[i,l]) *
+(sum[j] B[k,j] B[l,j])`` by the egglog ``split``: ``tr((AᵀA)(BBᵀ))``.
+
 The catch is the out-of-bounds rule: ``S[u]`` is 0 for ``u`` outside ``S``'s range, but
 ``G(u, k)`` need not be (the upsample ``x[u//2 + 2*(u%2)]`` reads ``x[1]`` at ``u = -1``).
 Per dim of ``S``: if the reader's index stays inside the range, nothing is needed; else if
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import sympy
 
-from ir.nodes import Access, Binary, Reduce, Scope, Unary
+from ir.nodes import Access, Binary, Reduce, Scope, Unary, integer_power
 from ir.index_math import simplify_index
 from derivations.index_rules import (
     build_product, index_bounds, map_indices, product_factors, renamed, scope_like, substitute,
@@ -55,9 +61,9 @@ def scope_reads(e) -> list[Access]:
 def inline_read(scope: Scope, read: Access) -> Scope | None:
     """``scope`` with ``read`` (of a scope) replaced by the read scope's body, or None."""
     src: Scope = read.source
-    factors = product_factors(scope.body)
+    factors = _copies(product_factors(scope.body), read)
     if src.summation and (src.reduce is not Reduce.SUM or scope.reduce is not Reduce.SUM
-                          or factors.count(read) != 1):
+                          or read not in factors):
         return None
     taken = {it.name for it in scope.traversal + scope.summation}
     sums = []
@@ -66,13 +72,21 @@ def inline_read(scope: Scope, read: Access) -> Scope | None:
     body = inlined(scope, read, sums)
     if body is None:
         return None
-    if src.summation:
-        new_factors = []
-        for f in factors:
-            new_factors.extend(product_factors(body) if f == read else [f])
+    if src.summation:  # one copy inlined; the others stay reads, for the next pass
+        at = factors.index(read)
+        new_factors = factors[:at] + product_factors(body) + factors[at + 1:]
         return scope_like(scope, scope.traversal, scope.summation + tuple(sums),
                           build_product(new_factors))
     return scope_like(scope, scope.traversal, scope.summation, _replace(scope.body, read, body))
+
+
+def _copies(factors: list, read: Access) -> list:
+    """``factors`` with ``read ** n`` (a small integer ``n``) as ``n`` factors ``read``."""
+    out = []
+    for f in factors:
+        power = integer_power(f)
+        out.extend([read] * power[1] if power is not None and power[0] == read else [f])
+    return out
 
 
 def inlined(scope: Scope, read: Access, sums: list) -> object | None:

@@ -116,6 +116,13 @@ CASES = {
     "quadratic_form_rows": Case(lambda x, a: ops.sum(ops.mul(ops.mm(x, a), x), -1),
                                 lambda x, a: ((x @ a) * x).sum(-1), ((K, M), (M, M)), K * M,
                                 ("matmul",)),
+    # -- a squared product expanded into Gram matrices: sum[k,l] (AᵀA)[k,l] (BBᵀ)[k,l], or
+    #    the large product is never formed
+    "product_sqnorm_pow": Case(lambda a, b: ops.sum(ops.pow(ops.mm(a, b), 2)),
+                               lambda a, b: (a @ b).pow(2).sum(), ((D, K), (K, D)), D * K * K),
+    "product_sqnorm_mul": Case(lambda a, b: (lambda p: ops.sum(ops.mul(p, p)))(ops.mm(a, b)),
+                               lambda a, b: (lambda p: (p * p).sum())(a @ b),
+                               ((D, K), (K, D)), D * K * K),
     # -- strength reduction
     "common_factor": Case(lambda a, b, c: ops.add(ops.mm(a, b), ops.mm(c, b)),
                           lambda a, b, c: a @ b + c @ b, ((M, M), (M, M), (M, M)), M * M,
