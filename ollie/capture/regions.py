@@ -4,8 +4,10 @@ Each translated node's operands are the expressions of its producers, so a chain
 operators becomes ONE nested expression and derivation rules work across operator
 boundaries. A node's value is *materialised* (it becomes a region's root, the output of a
 rewritten program) when something outside the translated world needs it: an untranslated
-node, the graph's output, or more than one user. Everything untranslated stays in the graph
-for Inductor, its reason recorded for ``explain``.
+node, the graph's output, or users in more than one region. A value whose users all lead,
+through translated nodes with one user each, to one node (``x.T @ x``, ``x + relu(x @ w)``)
+is composed into that node's expression, as one shared scope. Everything untranslated stays
+in the graph for Inductor, its reason recorded for ``explain``.
 """
 from __future__ import annotations
 
@@ -79,8 +81,7 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
         if compose_shared:
             return n in forced or not users or any(
                 u.op == "output" or aten.row(u.target) is None for u in users)
-        return (n in forced or len(users) != 1 or users[0].op == "output"
-                or aten.row(users[0].target) is None)
+        return n in forced or not users or not _converge(users, forced)
 
     for node in gm.graph.nodes:
         if node.op != "call_function":
@@ -134,9 +135,32 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
         members[node] = folded + [node]
         region_inputs[node] = ins
 
-    regions = [Region(n, *_canonical_names(exprs[n], region_inputs[n]), members[n])
+    regions = [Region(n, *_canonical_names(exprs[n], region_inputs[n]),
+                      list(dict.fromkeys(members[n])))  # a shared value is folded in once
                for n in exprs if materialised(n)]
     return Translation(regions, left), newly_forced
+
+
+CONVERGE_STEPS = 16  # how far the users of a value are followed to the node that joins them
+
+
+def _converge(users: list[fx.Node], forced: set[fx.Node]) -> bool:
+    """Whether every one of ``users`` leads, through translated nodes that are not forced
+    and have one user each, to one common node: the value then lives inside one region."""
+    paths = []
+    for user in users:
+        path, node = [], user
+        while len(path) < CONVERGE_STEPS:
+            if node.op != "call_function" or aten.row(node.target) is None or node in forced:
+                break
+            path.append(node)
+            following = list(node.users)
+            if len(following) != 1:
+                break
+            node = following[0]
+        paths.append(path)
+    common = set(paths[0]).intersection(*paths[1:])
+    return bool(common)
 
 
 def _canonical_names(expr: ir.Scope, inputs: dict[str, fx.Node]):

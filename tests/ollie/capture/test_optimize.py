@@ -304,3 +304,20 @@ def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp
         assert torch.allclose(f(x, w, s), glue(x, w, s))
     (report,) = regions(f)
     assert report.decision == GLUE_ONLY and report.measured == []
+
+
+def test_a_value_read_twice_by_one_contraction_is_composed_into_its_region(tmp_path):
+    # k has two users (k.T and the mm) that join in one node: one region, not a cut at k, so
+    # the Gram of the Khatri-Rao product is derived as (aᵀa) ∘ (bᵀb)
+    def gram(a, b):
+        k = (a[:, None, :] * b[None, :, :]).reshape(-1, a.shape[1])
+        return k.T @ k
+
+    f = ollie.optimize(gram, inductor=False, measure_cap_s=0.05, cache_dir=tmp_path)
+    a, b = torch.randn(64, 16), torch.randn(48, 16)
+    with torch.no_grad():
+        assert torch.allclose(f(a, b), gram(a, b), rtol=1e-4, atol=1e-3)
+    (report,) = regions(f)
+    assert "aten.mul" in report.ops and "aten.mm" in report.ops
+    largest = max(ir.analysis.iteration_points(s) for s in ir.sub_scopes(report.chosen))
+    assert largest < 64 * 48 * 16 * 16, report.chosen  # the 3072 × 16 product is never formed
