@@ -120,6 +120,24 @@ def row_loop(x, w):
     return torch.stack([torch.tanh(x[i] @ w) for i in range(x.shape[0])])
 
 
+def product_sqnorm(a, b):
+    return (a @ b).pow(2).sum()
+
+
+def product_norm_squared(a, b):
+    return torch.linalg.norm(a @ b) ** 2
+
+
+def khatri_rao_gram(a, b):
+    k = (a[:, None, :] * b[None, :, :]).reshape(-1, a.shape[1])
+    return k.T @ k
+
+
+def khatri_rao_gram_einsum(a, b):
+    k = torch.einsum("ir,jr->ijr", a, b).flatten(0, 1)
+    return torch.einsum("nr,ns->rs", k, k)
+
+
 def broadcast_tanh_sum(x, y):
     # Nothing for Ollie to derive (tanh blocks the algebra): Inductor's fused loop must stay.
     return torch.tanh(x[:, None, :] * y[None, :, :] + 1).sum(-1)
@@ -212,6 +230,20 @@ def _row_loop(s):
     return row_loop, _inputs((_dim(32, s, 2), _dim(256, s)), (_dim(256, s), _dim(256, s)))
 
 
+def _thin_product(fn):
+    def make(s):
+        n, r = _dim(2048, s, 2), _dim(16, s)
+        return fn, _inputs((n, r), (r, n))
+    return make
+
+
+def _khatri_rao(fn):
+    def make(s):
+        r = _dim(32, s)
+        return fn, _inputs((_dim(128, s, 2), r), (_dim(96, s, 2), r))
+    return make
+
+
 def _broadcast_tanh_sum(s):
     n, d = _dim(256, s, 2), _dim(64, s)
     return broadcast_tanh_sum, _inputs((n, d), (n, d))
@@ -239,6 +271,14 @@ CASES = [
     Case("stack_sum", "torch.stack([x @ w1, x @ w2, x @ w3]).sum(0)", _stack_sum),
     Case("stack_amax", "torch.stack([x @ w1, x @ w2, x @ w3]).amax(0)", _stack_amax),
     Case("row_loop", "torch.stack([tanh(x[i] @ w) for i in rows])", _row_loop),
+    Case("product_sqnorm", "(a @ b).pow(2).sum(), thin inner dimension",
+         _thin_product(product_sqnorm)),
+    Case("product_norm_squared", "torch.linalg.norm(a @ b) ** 2, thin inner dimension",
+         _thin_product(product_norm_squared)),
+    Case("khatri_rao_gram", "k.T @ k, k the Khatri-Rao product of a and b",
+         _khatri_rao(khatri_rao_gram)),
+    Case("khatri_rao_gram_einsum", "the same Gram, spelled with einsum and flatten",
+         _khatri_rao(khatri_rao_gram_einsum)),
     Case("broadcast_tanh_sum", "tanh(x[:, None] * y[None] + 1).sum(-1): left to Inductor",
          _broadcast_tanh_sum),
 ]
