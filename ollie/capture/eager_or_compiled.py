@@ -56,7 +56,10 @@ class Choice:
 def whole_user_function(gm: fx.GraphModule) -> bool:
     """Whether ``gm`` is all that Dynamo captured of a function of the user's: not a piece
     before a graph break, not torch's own code (``Module._call_impl`` is shared by every
-    module), not a function Dynamo generated to resume after a break."""
+    module), not a function Dynamo generated to resume after a break, and calling no other
+    Python function that Dynamo inlined (a module's ``forward``, a helper): once a function
+    is skipped, Dynamo intercepts each frame it calls and compiles that again (a stack of
+    four BERT layers became four graphs)."""
     import os
 
     reason = getattr(gm, "compile_subgraph_reason", None)
@@ -67,8 +70,10 @@ def whole_user_function(gm: fx.GraphModule) -> bool:
         code = InstructionTranslator.current_tx().f_code
     except Exception:  # not inside Dynamo's tracing (a backend called by hand)
         return False
+    context = torch._guards.TracingContext.try_get()
+    inlined = set(context.traced_code) - {code} if context is not None else set()
     torch_dir = os.path.dirname(torch.__file__)
-    return not code.co_filename.startswith(torch_dir) and \
+    return not inlined and not code.co_filename.startswith(torch_dir) and \
         not code.co_name.startswith("torch_dynamo_resume_in_")
 
 

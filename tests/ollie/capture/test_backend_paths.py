@@ -176,6 +176,32 @@ def test_a_whole_function_eager_runs_faster_is_skipped_by_dynamo(monkeypatch):
         assert torch.allclose(f(a, b), small(a, b))  # called directly from now on
 
 
+def test_a_function_calling_others_runs_eagerly_as_one_graph_not_skipped(monkeypatch):
+    # skipped, its callees would each be intercepted by Dynamo and compiled again
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
+    class Block(torch.nn.Module):  # its forward is user code: Dynamo intercepts it
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    inner = Block()
+
+    def outer(x):
+        return inner(x).sum(0)
+
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    f = compile_with(backend, outer)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.allclose(f(x), outer(x))
+    assert backend.graphs == 1 and backend.skipped_functions == 0, backend.notes
+    assert any("runs eagerly" in n for n in backend.notes), backend.notes
+
+
 def test_a_graph_before_a_break_runs_eagerly_without_skipping_its_function(monkeypatch):
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
 
