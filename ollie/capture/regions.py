@@ -5,8 +5,11 @@ operators becomes ONE nested expression and derivation rules work across operato
 boundaries. A node's value is *materialised* (it becomes a region's root, the output of a
 rewritten program) when something outside the translated world needs it: an untranslated
 node, the graph's output, or users in more than one region. A value whose users all lead,
-through translated nodes with one user each, to one node (``x.T @ x``, ``x + relu(x @ w)``)
-is composed into that node's expression, as one shared scope. Everything untranslated stays
+through translated nodes with one user each, to one contraction of the value with itself
+(``k.T @ k``) is composed into that contraction's expression, as one shared scope: the
+algebra needs both factors in one expression. A value that meets itself elementwise (GELU's
+``x * erf(x)``, a residual ``x + f(x)``) stays a cut: Inductor fuses that work in either
+form, and the larger region costs derivation and measurement time. Everything untranslated stays
 in the graph for Inductor, its reason recorded for ``explain``.
 """
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+from torch.utils.flop_counter import flop_registry
 
 import ir
 import ir.analysis
@@ -146,7 +150,8 @@ CONVERGE_STEPS = 16  # how far the users of a value are followed to the node tha
 
 def _converge(users: list[fx.Node], forced: set[fx.Node]) -> bool:
     """Whether every one of ``users`` leads, through translated nodes that are not forced
-    and have one user each, to one common node: the value then lives inside one region."""
+    and have one user each, to one common node, a contraction where there are several
+    users: the value then lives inside one region."""
     paths = []
     for user in users:
         path, node = [], user
@@ -160,7 +165,13 @@ def _converge(users: list[fx.Node], forced: set[fx.Node]) -> bool:
             node = following[0]
         paths.append(path)
     common = set(paths[0]).intersection(*paths[1:])
-    return bool(common)
+    join = next((n for n in paths[0] if n in common), None)
+    return join is not None and (len(users) == 1 or _contraction(join))
+
+
+def _contraction(node: fx.Node) -> bool:
+    """Whether torch counts ``node``'s flops: a matrix product, a convolution, attention."""
+    return getattr(node.target, "overloadpacket", None) in flop_registry
 
 
 def _canonical_names(expr: ir.Scope, inputs: dict[str, fx.Node]):
