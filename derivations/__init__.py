@@ -12,8 +12,20 @@ applied between egglog iterations and steered toward library operators
 
 May import only ``ir``, egglog and the standard scientific stack (see DESIGN.md).
 """
-from derivations.encode import Encoding, EncodeError, decode, encode  # noqa: F401
-from derivations.extract import Candidate, Derivation, derive  # noqa: F401
-from derivations.index_rules import IndexRule  # noqa: F401
-from derivations.rules import Rules, default_rulesets  # noqa: F401
-from derivations.schedule import Budget, InputTooDeep, Report  # noqa: F401
+import importlib
+
+# Imported when first named: a warm start that derives nothing (Ollie's choice loaded from
+# the compiler's cache) never loads egglog and the extractor's solver.
+_HOME = {
+    "Encoding": "encode", "EncodeError": "encode", "decode": "encode", "encode": "encode",
+    "Candidate": "extract", "Derivation": "extract", "derive": "extract",
+    "IndexRule": "index_rules", "Rules": "rules", "default_rulesets": "rules",
+    "Budget": "schedule", "InputTooDeep": "schedule", "Report": "schedule",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'derivations' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"derivations.{_HOME[name]}"), name)

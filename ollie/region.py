@@ -19,7 +19,7 @@ import torch.fx as fx
 
 import codegen
 import ir
-from derivations import Budget, derive
+import derivations
 from derivations.normalize import inline_views
 from ollie import cache, progress
 from ollie.cache_lock import decision_lock
@@ -194,8 +194,9 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     try:
         t0 = time.perf_counter()
         start = inline_views(region.expr)  # ATen's data movement folded into the reads
-        derivation = derive(start, Budget(nodes=options.max_nodes, seconds=options.budget_s),
-                            on_iteration=show.derivation(report.root_name))
+        budget = derivations.Budget(nodes=options.max_nodes, seconds=options.budget_s)
+        derivation = derivations.derive(start, budget,
+                                        on_iteration=show.derivation(report.root_name))
         # every candidate is run against the original on sample data below: the reference
         # interpreter checks only those small enough to be quick
         candidates = derivation.candidates(options.candidates, cost, verify_limit=QUICK_CHECK)

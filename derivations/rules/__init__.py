@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from egglog import Ruleset
+if TYPE_CHECKING:
+    from egglog import Ruleset
 
 
 @dataclass(frozen=True)
