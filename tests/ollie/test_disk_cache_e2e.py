@@ -12,13 +12,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, time, torch
-    import ollie, ollie.region as cr, ollie.capture.graph_pass as gp
+    import derivations, ollie, ollie.region as cr, ollie.capture.graph_pass as gp
 
     if os.environ.get("FORBID_DERIVE"):
         def forbidden(*a, **k):
             raise AssertionError("derivation or measurement ran although the disk cache "
                                  "should answer")
-        cr.derive = forbidden
+        derivations.derive = forbidden
         cr.measure.measure_candidates = forbidden
         gp.measure.compare = forbidden  # the region's and the graph's timing
 
@@ -30,7 +30,8 @@ SCRIPT = textwrap.dedent("""
     err = ((out - (a @ b) @ c).abs().max() / (a @ b @ c).abs().max()).item()
     if not f.backend.reports:  # AOTAutograd's cache held Ollie's artifact: Ollie never ran
         print(json.dumps({"aot_hit": True, "error": err, "notes": f.backend.notes,
-                          "inner_calls": f.backend.inner_calls}))
+                          "inner_calls": f.backend.inner_calls,
+                          "egglog_loaded": "egglog" in sys.modules}))
         sys.exit(0)
     graph = f.backend.reports[0]
     region = graph.regions[0]
@@ -84,6 +85,7 @@ def test_a_warm_start_loads_ollies_artifact_from_aotautograds_cache(warmed_cache
     second = run_process(cache_dir, inductor_dir=cache_dir.parent / "shared-inductor",
                          FORBID_DERIVE="1")
     assert second["aot_hit"] and second["inner_calls"] == 0, second
+    assert not second["egglog_loaded"], second  # nothing derived: the e-graph never loaded
     assert any("AOTAutograd's cache" in n for n in second["notes"]), second
     assert second["error"] < 1e-4
 
