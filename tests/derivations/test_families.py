@@ -123,6 +123,11 @@ CASES = {
     "product_sqnorm_mul": Case(lambda a, b: (lambda p: ops.sum(ops.mul(p, p)))(ops.mm(a, b)),
                                lambda a, b: (lambda p: (p * p).sum())(a @ b),
                                ((D, K), (K, D)), D * K * K),
+    "product_row_sqnorms": Case(lambda a, b: ops.sum(ops.pow(ops.mm(a, b), 2), 1),
+                                lambda a, b: ((a @ b) ** 2).sum(1), ((D, K), (K, D)), D * K * K),
+    "products_sharing_a_factor": Case(
+        lambda a, b, c: ops.sum(ops.mul(ops.mm(a, b), ops.mm(a, c))),
+        lambda a, b, c: ((a @ b) * (a @ c)).sum(), ((D, K), (K, D), (K, D)), D * K * K),
     # -- strength reduction
     "common_factor": Case(lambda a, b, c: ops.add(ops.mm(a, b), ops.mm(c, b)),
                           lambda a, b, c: a @ b + c @ b, ((M, M), (M, M), (M, M)), M * M,
