@@ -15,9 +15,10 @@ May import only ``ir``, egglog and the standard scientific stack (see DESIGN.md)
 import importlib
 
 # Imported when first named: a warm start that derives nothing (Ollie's choice loaded from
-# the compiler's cache) never loads egglog and the extractor's solver.
+# the compiler's cache) never loads egglog and the extractor's solver. (``derivations.encode``
+# is the module; its function of that name is imported from it.)
 _HOME = {
-    "Encoding": "encode", "EncodeError": "encode", "decode": "encode", "encode": "encode",
+    "Encoding": "encode", "EncodeError": "encode", "decode": "encode",
     "Candidate": "extract", "Derivation": "extract", "derive": "extract",
     "IndexRule": "index_rules", "Rules": "rules", "default_rulesets": "rules",
     "Budget": "schedule", "InputTooDeep": "schedule", "Report": "schedule",

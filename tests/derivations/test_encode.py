@@ -7,7 +7,7 @@ import sympy
 from ir import Iter, Scope, Tensor, ops
 from ir.nodes import Reduce, UnOp, Unary, Const
 
-from derivations import EncodeError, encode
+from derivations.encode import EncodeError, encode
 from derivation_helpers import check_equiv, fingerprint, round_trip
 
 A, B, C = Tensor("A", (6, 5)), Tensor("B", (5, 7)), Tensor("C", (7, 3))
