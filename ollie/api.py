@@ -85,15 +85,9 @@ class OptimizedFunction:
         frames = self.breaks.before_call()
         out = self._compiled(*args, **kwargs)
         if self.breaks.after_call(frames):
-            self._eager = self.backend.skipped_functions > 0 and self._skipped_whole()
+            # every graph Dynamo made of fn was the whole of it, and eager runs it faster
+            self._eager = 0 < self.backend.graphs == self.backend.skipped_functions
         return out
-
-    def _skipped_whole(self) -> bool:
-        """Whether Dynamo now skips ``fn`` itself (the backend found eager faster for it)."""
-        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
-        code = getattr(self.fn, "__code__", None)
-        return code is not None and not _debug_get_cache_entry_list(code) and \
-            self.backend.graphs == self.backend.skipped_functions
 
     def __get__(self, obj, objtype=None):  # a decorated method binds like a function
         return self if obj is None else types.MethodType(self, obj)

@@ -63,7 +63,7 @@ class OllieBackend:
         self.reports: list[graph_pass.GraphReport] = []
         self.notes: list[str] = []      # what runs a whole Dynamo graph when not Ollie, and why
         self.graphs = 0                 # graphs Dynamo handed over
-        self.skipped_functions = 0      # functions left to eager PyTorch entirely
+        self.skipped_functions = 0      # whole functions left to eager PyTorch
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
@@ -145,17 +145,24 @@ class OllieBackend:
 
     def _run_eagerly(self, gm, choice, number: int, example_inputs):
         """The graph as captured, run by eager PyTorch. Where it is the whole of a function
-        of the user's, with static sizes, Dynamo is asked to skip that function from now on:
-        it then runs as plain Python, without Dynamo's guards and frame (20–70 µs a call on a
-        2-core CPU, more than many a small kernel takes). A graph with symbolic sizes is
-        instead guarded to sizes up to twice the measured ones: eager's lead shrinks as the
-        work grows, so larger calls compile again and are measured again."""
+        of the user's, with static sizes, it runs as plain Python from now on, without
+        Dynamo's guards and frame (20–70 µs a call on a 2-core CPU, more than many a small
+        kernel takes): Dynamo is asked to skip it, or, where it calls other functions of the
+        user's (which Dynamo would then intercept and compile one by one), this graph runs
+        this once and ``ollie.optimize`` calls the function directly afterwards. A graph with
+        symbolic sizes is instead guarded to sizes up to twice the measured ones: eager's
+        lead shrinks as the work grows, so larger calls compile again and are measured
+        again."""
         bounded = size_range.guard_near_hints(example_inputs, factor=EAGER_RANGE)
         if bounded:
             self._note(choice.describe(number) + f"; at sizes {bounded}")
             return gm.forward
         if eager_or_compiled.whole_user_function(gm):
             self.skipped_functions += 1
+            if eager_or_compiled.calls_other_functions():
+                self._note(choice.describe(number) + "; the function runs eagerly from now "
+                           "on (ollie.optimize calls it directly)")
+                return gm.forward
             self._note(choice.describe(number) + "; Dynamo skips the function from now on")
             raise torch._dynamo.exc.SkipFrame("ollie: eager PyTorch runs this function faster")
         self._note(choice.describe(number))

@@ -56,10 +56,7 @@ class Choice:
 def whole_user_function(gm: fx.GraphModule) -> bool:
     """Whether ``gm`` is all that Dynamo captured of a function of the user's: not a piece
     before a graph break, not torch's own code (``Module._call_impl`` is shared by every
-    module), not a function Dynamo generated to resume after a break, and calling no other
-    Python function that Dynamo inlined (a module's ``forward``, a helper): once a function
-    is skipped, Dynamo intercepts each frame it calls and compiles that again (a stack of
-    four BERT layers became four graphs)."""
+    module), not a function Dynamo generated to resume after a break."""
     import os
 
     reason = getattr(gm, "compile_subgraph_reason", None)
@@ -70,11 +67,20 @@ def whole_user_function(gm: fx.GraphModule) -> bool:
         code = InstructionTranslator.current_tx().f_code
     except Exception:  # not inside Dynamo's tracing (a backend called by hand)
         return False
-    context = torch._guards.TracingContext.try_get()
-    inlined = set(context.traced_code) - {code} if context is not None else set()
     torch_dir = os.path.dirname(torch.__file__)
-    return not inlined and not code.co_filename.startswith(torch_dir) and \
+    return not code.co_filename.startswith(torch_dir) and \
         not code.co_name.startswith("torch_dynamo_resume_in_")
+
+
+def calls_other_functions() -> bool:
+    """Whether the function Dynamo is compiling calls Python functions it inlined (a
+    module's ``forward``, a helper). Skipped, such a function runs under Dynamo's frame hook
+    and each callee is intercepted and compiled again (a stack of four BERT layers became
+    four graphs)."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    context = torch._guards.TracingContext.try_get()
+    return context is not None and \
+        bool(set(context.traced_code) - {InstructionTranslator.current_tx().f_code})
 
 
 def is_inference(example_inputs) -> bool:
@@ -121,8 +127,10 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
                                  budget_s=budget_s)
     compiled_s = timing.eager_best + frame
     # ``frame`` is a lower bound of what Dynamo costs this function (more guards, more
-    # wrappers than the calibration's): where eager skips it, a tie goes to eager
-    margin = 1.0 if skippable else ADOPTION_MARGIN
+    # wrappers than the calibration's): where eager skips it, a tie goes to eager; but a
+    # function that calls others runs, eagerly, their Python too (a model's modules),
+    # which the captured graph does not: eager must then win by the margin
+    margin = 1.0 if skippable and not calls_other_functions() else ADOPTION_MARGIN
     runs = EAGER if timing.ollie_best <= compiled_s * margin else COMPILED
     if store is not None:
         store.put(k, {"decision": runs, "margin": margin, "remeasured": 0,

@@ -176,9 +176,10 @@ def test_a_whole_function_eager_runs_faster_is_skipped_by_dynamo(monkeypatch):
         assert torch.allclose(f(a, b), small(a, b))  # called directly from now on
 
 
-def test_a_function_calling_others_runs_eagerly_as_one_graph_not_skipped(monkeypatch):
-    # skipped, its callees would each be intercepted by Dynamo and compiled again
+def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(monkeypatch):
+    # skipped by Dynamo, its callees would each be intercepted and compiled again
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
+
     class Block(torch.nn.Module):  # its forward is user code: Dynamo intercepts it
         def __init__(self):
             super().__init__()
@@ -192,14 +193,15 @@ def test_a_function_calling_others_runs_eagerly_as_one_graph_not_skipped(monkeyp
     def outer(x):
         return inner(x).sum(0)
 
-    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
-    f = compile_with(backend, outer)
+    f = ollie.optimize(outer, measure_cap_s=0.05)
     x = torch.randn(8, 16)
     with torch.no_grad():
-        for _ in range(3):
-            assert torch.allclose(f(x), outer(x))
-    assert backend.graphs == 1 and backend.skipped_functions == 0, backend.notes
-    assert any("runs eagerly" in n for n in backend.notes), backend.notes
+        assert torch.allclose(f(x), outer(x))
+        assert f.backend.graphs == 1 and f.backend.skipped_functions == 1, f.backend.notes
+        monkeypatch.setattr(f, "_compiled", lambda *a: pytest.fail("went through Dynamo"))
+        for _ in range(2):
+            assert torch.allclose(f(x), outer(x))  # called directly from now on
+    assert f.backend.graphs == 1, f.backend.notes
 
 
 def test_a_graph_before_a_break_runs_eagerly_without_skipping_its_function(monkeypatch):
