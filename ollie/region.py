@@ -21,7 +21,7 @@ import codegen
 import ir
 import derivations
 from derivations.normalize import inline_views
-from ollie import cache, progress
+from ollie import cache, cache_entry, progress
 from ollie.cache_lock import decision_lock
 from ollie import cost as cost_model
 from ollie.capture import contractions
@@ -132,7 +132,7 @@ NOT_FASTER = "kept: the derived program measured not clearly faster than the ori
 GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts); "
              "Inductor fuses the work around them in either form")
 CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER, GLUE_ONLY)
-ADOPTION_MARGIN = 0.95  # a kernel must beat eager by 5%: a tie is noise, not a win
+ADOPTION_MARGIN = cache_entry.ADOPTION_MARGIN  # a tie is noise, not a win
 QUICK_CHECK = 1 << 22   # iteration points the interpreter checks in well under a second
 
 
