@@ -129,8 +129,8 @@ def _us(seconds: float) -> str:
 ADOPTED = "adopted"
 NOT_CHEAPER = "kept: no derived form is cheaper than the captured one"
 NOT_FASTER = "kept: the derived program measured not clearly faster than the original"
-GLUE_ONLY = ("kept: no derived form contracts less (less work, or fewer calls); Inductor "
-             "fuses the work around the contractions in either form")
+GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts); "
+             "Inductor fuses the work around them in either form")
 CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER, GLUE_ONLY)
 ADOPTION_MARGIN = cache_entry.ADOPTION_MARGIN  # a tie is noise, not a win
 QUICK_CHECK = 1 << 22   # iteration points the interpreter checks in well under a second
@@ -217,9 +217,9 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     original = contractions.signature(region.members)
     if options.inductor:  # their gain over the region run eagerly is Inductor's fusion's too:
         # the original with ATen's views read in place (Inductor inlines views as well), and
-        # any program whose contractions do the original's work in as many calls
+        # any program running the original's contractions unchanged
         derived, second_opinion = ([c for c in cs if c.rule_chain != ("inline_views",)
-                                    and _contracts_less(original, c)]
+                                    and not _contractions_unchanged(original, c)]
                                    for cs in (derived, second_opinion))
         if not derived and not second_opinion:
             report.decision = GLUE_ONLY
@@ -310,22 +310,11 @@ def _contraction_flops(signature: list | None) -> float:
         return math.nan
 
 
-def _contracts_less(original: list, candidate) -> bool:
-    """Whether the candidate's lowering does less contraction work than ``original``, or
-    the same work in fewer calls (a loop of matrix-vector products as one product). A
-    program running the same work in as many calls only moves the memory-bound work around
-    them, which Inductor fuses in either form, or trades one library call for another of the
-    same work: MobileNet's 1×1 convolutions as matrix products ran 1.2–1.6× faster
-    uncompiled and 0.98× compiled. Unknown (no lowering on meta tensors): measured."""
+def _contractions_unchanged(original: list, candidate) -> bool:
+    """Whether the candidate's lowering runs the ``original`` contractions as they are (same
+    operators, work and operand layouts), only reordering the work around them."""
     mine = _lowered_contractions(candidate)
-    if mine is None or not original:
-        return True
-    if mine == original:
-        return False
-    flops, before = _contraction_flops(mine), _contraction_flops(original)
-    if math.isnan(flops) or math.isnan(before):  # sizes in symbols: let measurement decide
-        return True
-    return flops < ADOPTION_MARGIN * before or len(mine) < len(original)
+    return bool(mine) and mine == original
 
 
 def _analytic_pick(original: ir.Scope, derivation, candidates: list, cost) -> list:

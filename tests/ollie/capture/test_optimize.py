@@ -321,20 +321,3 @@ def test_a_value_read_twice_by_one_contraction_is_composed_into_its_region(tmp_p
     assert "aten.mul" in report.ops and "aten.mm" in report.ops
     largest = max(ir.analysis.iteration_points(s) for s in ir.sub_scopes(report.chosen))
     assert largest < 64 * 48 * 16 * 16, report.chosen  # the 3072 × 16 product is never formed
-
-
-def test_under_inductor_a_candidate_doing_the_same_contraction_work_is_not_measured(tmp_path):
-    # a 1×1 convolution as a matrix product: the same multiply-adds in as many calls, which
-    # ran faster uncompiled and no faster compiled (MobileNet's squeeze-excite blocks)
-    from ollie.region import GLUE_ONLY
-
-    def pointwise(x, w):
-        return torch.relu(F.conv2d(x, w)) * 2
-
-    f = ollie.optimize(pointwise, measure_cap_s=0.05, cache_dir=tmp_path)
-    x, w = torch.randn(1, 32, 8, 8), torch.randn(16, 32, 1, 1)
-    with torch.no_grad():
-        assert torch.allclose(f(x, w), pointwise(x, w), rtol=1e-4, atol=1e-4)
-    (report,) = regions(f)
-    assert any(c.rule_chain and c.rule_chain != ("inline_views",) for c in report.candidates)
-    assert report.decision == GLUE_ONLY and report.measured == []
