@@ -9,8 +9,8 @@ through translated nodes with one user each, to one contraction of the value wit
 (``k.T @ k``) is composed into that contraction's expression, as one shared scope: the
 algebra needs both factors in one expression. A value that meets itself elementwise (GELU's
 ``x * erf(x)``, a residual ``x + f(x)``) stays a cut: Inductor fuses that work in either
-form, and the larger region costs derivation and measurement time. Everything untranslated stays
-in the graph for Inductor, its reason recorded for ``explain``.
+form, and the larger region costs derivation and measurement time. Everything untranslated
+stays in the graph for Inductor, its reason recorded for ``explain``.
 """
 from __future__ import annotations
 
@@ -149,19 +149,20 @@ CONVERGE_STEPS = 16  # how far the users of a value are followed to the node tha
 
 
 def _converge(users: list[fx.Node], forced: set[fx.Node]) -> bool:
-    """Whether every one of ``users`` leads, through translated nodes that are not forced
-    and have one user each, to one common node, a contraction where there are several
-    users: the value then lives inside one region."""
+    """Whether every one of ``users`` leads, through translated nodes that are composed
+    into their one user (not forced, one user each), to one common translated node, a
+    contraction where there are several users: the value then lives in that node's
+    region."""
     paths = []
     for user in users:
         path, node = [], user
         while len(path) < CONVERGE_STEPS:
-            if node.op != "call_function" or aten.row(node.target) is None or node in forced:
+            if node.op != "call_function" or aten.row(node.target) is None:
                 break
             path.append(node)
             following = list(node.users)
-            if len(following) != 1:
-                break
+            if node in forced or len(following) != 1:
+                break  # materialised (or may be): the path ends in its region
             node = following[0]
         paths.append(path)
     common = set(paths[0]).intersection(*paths[1:])

@@ -104,3 +104,13 @@ def test_an_op_without_a_row_stays_with_a_reason():
     reasons = {regions.describe(n): why for n, why in translation.left.items()}
     assert "no row for aten.sort" in reasons["aten.sort"]
     assert [regions.describe(m) for r in translation.regions for m in r.members] == ["aten.mm"]
+
+
+def test_a_forced_node_still_takes_in_its_single_use_producers():
+    # relu is materialised (forced, as when its consumer refuses it): the product it alone
+    # reads is still composed into relu's region, not cut into a region of its own
+    gm = make_fx(lambda x, w: torch.relu(x @ w).exp())(torch.randn(4, 3), torch.randn(3, 5))
+    relu = next(n for n in gm.graph.nodes if n.target == torch.ops.aten.relu.default)
+    translation, _ = regions._translate_once(gm, {relu}, False)
+    by_root = {r.root.name: [m.name for m in r.members] for r in translation.regions}
+    assert by_root == {"relu": ["mm", "relu"], "exp": ["exp"]}
