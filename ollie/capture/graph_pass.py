@@ -202,8 +202,6 @@ def _wide(x):
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
-
-
 def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
             traced_programs: dict, inductor: bool) -> fx.GraphModule | None:
     """A copy of ``gm`` with the adopted regions' programs in place of their nodes (None when
