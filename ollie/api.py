@@ -66,8 +66,16 @@ class _GraphBreaks:
                     self.seen[reason] = self.seen.get(reason, 0) + n - old.get(reason, 0)
 
 
-class OptimizedFunction:
-    """``fn`` compiled by ``torch.compile`` with an Ollie backend of its own."""
+class OptimizedFunction(functools.partial):
+    """``fn`` compiled by ``torch.compile`` with an Ollie backend of its own.
+
+    A ``functools.partial`` whose target changes once: while Dynamo compiles, a call goes
+    through ``_compiled_call``; once eager PyTorch is known to run ``fn`` faster, partial's
+    C-level call reaches ``fn`` itself (0.1 µs a call, against 0.5 µs through a Python
+    ``__call__``: a fifth of a 2 µs kernel)."""
+
+    def __new__(cls, fn: Callable, options: Options, dynamic: bool | None = None):
+        return super().__new__(cls, fn)  # the call target is set in __init__
 
     def __init__(self, fn: Callable, options: Options, dynamic: bool | None = None):
         self.fn = fn
@@ -75,19 +83,30 @@ class OptimizedFunction:
         self.backend = OllieBackend(options)
         self.breaks = _GraphBreaks()
         self._compiled = torch.compile(fn, backend=self.backend, dynamic=dynamic)
-        self._eager = False  # Dynamo skips fn: call it directly
         functools.update_wrapper(self, fn, updated=())
         self.__name__ = _name(fn)
+        self._call(self._compiled_call)
 
-    def __call__(self, *args, **kwargs):
-        if self._eager:
-            return self.fn(*args, **kwargs)  # eager PyTorch runs it faster: no wrapper at all
+    def _call(self, target: Callable) -> None:
+        # partial's own way to change its target (the pickle protocol); the dict is kept
+        self.__setstate__((target, (), None, self.__dict__))
+
+    def _compiled_call(self, *args, **kwargs):
         frames = self.breaks.before_call()
         out = self._compiled(*args, **kwargs)
-        if self.breaks.after_call(frames):
+        if self.breaks.after_call(frames) and \
+                0 < self.backend.graphs == self.backend.skipped_functions:
             # every graph Dynamo made of fn was the whole of it, and eager runs it faster
-            self._eager = 0 < self.backend.graphs == self.backend.skipped_functions
+            self._call(self.fn)
         return out
+
+    @property
+    def runs_eagerly(self) -> bool:
+        """Whether calls now go straight to ``fn`` (eager PyTorch was measured faster)."""
+        return self.func is self.fn
+
+    def __repr__(self) -> str:
+        return f"<ollie.optimize of {self.__name__}>"
 
     def __get__(self, obj, objtype=None):  # a decorated method binds like a function
         return self if obj is None else types.MethodType(self, obj)

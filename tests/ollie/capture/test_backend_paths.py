@@ -174,6 +174,7 @@ def test_a_whole_function_eager_runs_faster_is_skipped_by_dynamo(monkeypatch):
             small.__code__)
         monkeypatch.setattr(f, "_compiled", lambda *a: pytest.fail("went through Dynamo"))
         assert torch.allclose(f(a, b), small(a, b))  # called directly from now on
+        assert f.runs_eagerly and f.func is small  # partial's C call, no Python frame between
 
 
 def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(monkeypatch):
