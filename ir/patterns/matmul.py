@@ -58,12 +58,35 @@ def match_matmul(scope: Scope) -> MatmulMatch | None:
     axes = [plain_axes(t, 0), plain_axes(t, 1)]
     if None in axes:
         return None
-    found = [m for m in (_assign(t, axes, 0, 1, scale), _assign(t, axes, 1, 0, scale)) if m]
+    found = [(m, _copies(t, m, axes[left], axes[1 - left])) for left in (0, 1)
+             if (m := _assign(t, axes, left, 1 - left, scale))]
     if not found:
         return None
     identity = tuple(range(len(scope.traversal)))
-    # Prefer no output permutation, then the matrix on the left of a matrix-vector product.
-    return min(found, key=lambda m: (m.out_perm != identity, not m.m and bool(m.n)))
+    # Prefer fewer copies into and out of the product, then no output permutation, then the
+    # matrix on the left of a matrix-vector product.
+    return min(found, key=lambda f: (f[1], f[0].out_perm != identity,
+                                     not f[0].m and bool(f[0].n)))[0]
+
+
+def _copies(t: IteratorTable, m: MatmulMatch, lhs_axes, rhs_axes) -> int:
+    """How many of the operands and the result must be copied to lay them out for the
+    product, each stored densely in its axes' order: an operand is a view when its groups
+    (batch, rows, columns) come in its storage order, or with the last two swapped (a
+    transposed matrix); the result when it comes in the traversal order. Dims of size one
+    are left out: they move for free (batch 1 of a 1x1 convolution read as a product)."""
+    def kept(names) -> list[str]:
+        return [n for n in names if n is not None and t.extent(n) != 1]
+
+    def is_view(stored, groups) -> bool:
+        groups = [g for g in (kept(g) for g in groups) if g]
+        orders = [groups] + ([groups[:-2] + groups[:-3:-1]] if len(groups) >= 2 else [])
+        return any([n for g in order for n in g] == kept(stored) for order in orders)
+
+    lhs_view = is_view(lhs_axes, [m.batch, m.m, m.k])
+    rhs_view = is_view(rhs_axes, [m.batch, m.k, m.n])
+    result_view = kept(m.batch + m.m + m.n) == kept(t.traversal)
+    return (not lhs_view) + (not rhs_view) + (not result_view)
 
 
 def _assign(t: IteratorTable, axes, left: int, right: int, scale: float) -> MatmulMatch | None:

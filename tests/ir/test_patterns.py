@@ -81,6 +81,18 @@ def test_matmul_layout_repairs_are_operand_permutations():
     assert mt.batch == ("b", "h") and mt.rhs_dims == (0, 1, 3, 2)
 
 
+def test_matmul_order_avoids_copying_an_operand():
+    # a 1x1 convolution at batch 1 as a product: weight @ image (channels, pixels) reads the
+    # image as it is stored; image @ weight.T would copy it to (pixels, channels) first
+    x, wt = T("x", 1, 24, 6, 6), T("w", 72, 24, 1, 1)
+    scope = Scope(its(n=1, f=72, h=6, w=6), its(c=24), x[n, c, h, w] * wt[f, c, 0, 0])
+    mt = match_matmul(scope)
+    assert mt.lhs.source.name == "w" and mt.m == ("f",) and mt.n == ("n", "h", "w")
+    # a transposed operand is no copy: x @ w.T keeps x on the left, with no output permutation
+    mt = match_matmul(ops.linear(T("x", 7, 6), T("w", 5, 6)))
+    assert mt.lhs.source.name == "x" and mt.out_perm == (0, 1)
+
+
 def test_matmul_keeps_constant_factors_and_in_bounds_slices():
     mt = match_matmul(Scope(its(i=3, j=5), its(k=4),
                             T("a", 4, 6)[i + 1, k + 2] * 0.5 * T("b", 6, 5)[k, j]))
