@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import warnings
 
 import torch
@@ -171,7 +172,6 @@ class OllieBackend:
     # -- AOTAutograd's compilers -------------------------------------------------------------
     def _inner(self, number: int, gm, example_inputs, **kwargs):
         """Inductor's inner compile, with Ollie's rewrite and the compiled A/B in front."""
-        from torch._functorch.aot_autograd import make_boxed_func
         from torch._inductor.compile_fx import compile_fx_inner
 
         self.inner_calls += 1
@@ -196,10 +196,9 @@ class OllieBackend:
             self._announce(report)
             if not stored:
                 return compile_fx_inner(gm, example_inputs, **kwargs)
-            if _kind(kwargs) == "inference" and graph_pass.stored_comparison(
-                    key + EAGERLY, graph_pass.GraphReport(report.title), self.options):
-                report.runs_eagerly = True
-                return wrap(make_boxed_func(graph.forward))
+            if _kind(kwargs) == "inference":
+                return self._compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs,
+                                               report, key)
             return wrap(compile_fx_inner(graph, inputs, **kwargs))
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = _take_output_strides()  # each compile reports its outputs' strides to AOT
@@ -207,10 +206,9 @@ class OllieBackend:
         with _real_computation():
             report.adopted = graph_pass.compare(original, rewritten, example_inputs, report,
                                                 self.options, key)
-            if report.adopted and _kind(kwargs) == "inference":
-                eager = wrap(make_boxed_func(graph.forward))
-                if self._eager_is_faster(rewritten, eager, example_inputs, report, key):
-                    rewritten = eager
+        if report.adopted and _kind(kwargs) == "inference":
+            rewritten = self._compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs,
+                                                report, key, rewritten)
         self._announce(report)
         if report.adopted:
             return rewritten
@@ -239,15 +237,45 @@ class OllieBackend:
                                            self.options, key)
         return graph_pass.take_alternative(report) if alone else new
 
-    def _eager_is_faster(self, compiled, eager, example_inputs, report, key: str) -> bool:
-        """Whether the rewritten graph runs faster as it is (library calls) than compiled:
-        after a rewrite that leaves few, large contractions (four convolutions merged into
-        one), Inductor's kernels around them may cost more than they fuse."""
-        timing = graph_pass.GraphReport(report.title)
-        report.runs_eagerly = graph_pass.compare(compiled, eager, example_inputs, timing,
-                                                 self.options, key + EAGERLY)
-        report.eager_timing = timing.timing
-        return report.runs_eagerly
+    def _compiled_or_eager(self, graph, inputs, kwargs, wrap, example_inputs, report, key: str,
+                           compiled=None):
+        """The rewritten graph compiled, or run as it is (library calls), whichever ran
+        faster (measured, or stored from an earlier measurement): after a rewrite that leaves
+        few, large contractions (four convolutions merged into one), Inductor's kernels around
+        them may cost more than they fuse. With one size symbol the choice is made again at a
+        larger size; where it flips, each call picks by its size (``size_range.by_size``)."""
+        from torch._functorch.aot_autograd import make_boxed_func
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        def compiled_once():
+            nonlocal compiled
+            if compiled is None:
+                compiled = wrap(compile_fx_inner(graph, inputs, **kwargs))
+            return compiled
+        eager = wrap(make_boxed_func(graph.forward))
+        lone = size_range.lone_symbol(example_inputs)
+        larger = size_range.larger_size(example_inputs, lone[0]) if lone else None
+        eagerly = []
+        for at in [None] + ([{lone[0]: larger}] if larger else []):
+            suffix = EAGERLY + (f"-at-{larger}" if at else "")
+            timing = graph_pass.GraphReport(report.title)
+            won = graph_pass.stored_comparison(key + suffix, timing, self.options)
+            if won is None:
+                with _real_computation():
+                    won = graph_pass.compare(compiled_once(), eager, example_inputs, timing,
+                                             self.options, key + suffix, at)
+            if at is None:
+                report.eager_timing = timing.timing
+            eagerly.append(won)
+        report.runs_eagerly = eagerly[0]
+        if len(set(eagerly)) == 1:
+            return eager if eagerly[0] else compiled_once()
+        symbol, where = lone
+        threshold = math.isqrt(size_range.hint(example_inputs, symbol) * larger)
+        report.by_size = f"{'uncompiled' if eagerly[1] else 'compiled'} where {symbol} > " \
+                         f"{threshold} (measured again at {larger})"
+        small, large = (eager, compiled_once()) if eagerly[0] else (compiled_once(), eager)
+        return size_range.by_size(small, large, where, threshold)
 
     def _plain(self, number: int, kind: str, gm, example_inputs):
         """AOTAutograd's compiler without Inductor: the (rewritten) graph runs as it is."""

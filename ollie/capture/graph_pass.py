@@ -43,6 +43,7 @@ class GraphReport:
     folded: int = 0                              # weight-only computations folded
     runs_eagerly: bool = False                   # the rewritten graph runs uncompiled
     eager_timing: tuple[float, float] | None = None  # rewritten: compiled vs uncompiled
+    by_size: str | None = None                   # where the other of the two runs instead
     alternative: fx.GraphModule | None = None    # the substitutions alone, without regions
     alternative_substitutions: list = field(default_factory=list)
 
@@ -374,10 +375,11 @@ def stored_comparison(key: str, report: GraphReport, options) -> bool | None:
 
 
 def compare(original, rewritten, example_inputs, report: GraphReport, options,
-            key: str) -> bool:
+            key: str, at: dict | None = None) -> bool:
     """Whether the compiled ``rewritten`` graph beats the compiled ``original`` (boxed
-    callables) by the adoption margin, measured on sample inputs; stored under ``key``."""
-    inputs = sample_like(example_inputs)
+    callables) by the adoption margin, measured on sample inputs (at the size symbols'
+    hints, or the sizes ``at`` gives them); stored under ``key``."""
+    inputs = sample_like(example_inputs, at)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: original(list(inputs)),
                                  lambda: rewritten(list(inputs)),

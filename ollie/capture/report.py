@@ -93,7 +93,8 @@ def describe_graph(report) -> list[str]:
         compiled, eager = report.eager_timing
         lines.append(f"    rewritten graph, uncompiled: {eager * 1e3:.3f} ms vs compiled "
                      f"{compiled * 1e3:.3f} ms: " + ("it runs uncompiled (library calls)"
-                                                    if report.runs_eagerly else "compiled"))
+                                                    if report.runs_eagerly else "compiled")
+                     + (f"; {report.by_size}" if report.by_size else ""))
     if report.left:
         lines.append("    left to Inductor:")
         for (op, where, why), n in Counter(report.left).items():

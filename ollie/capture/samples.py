@@ -6,28 +6,36 @@ sampled at its hint, the size of the call that compiled the graph, without addin
 """
 from __future__ import annotations
 
+import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 
-def concrete(value):
-    """An int for a SymInt (its hint), a float for a SymFloat; anything else as it is."""
+def concrete(value, at: dict | None = None):
+    """An int for a SymInt (its hint, or its value where the size symbols in ``at`` take
+    those values), a float for a SymFloat; anything else as it is."""
     if isinstance(value, torch.SymInt):
+        expr = value.node.expr
+        if at and expr.free_symbols & at.keys():
+            hints = value.node.shape_env.backed_var_to_val
+            values = {symbol: sympy.Integer(v) for symbol, v in at.items()}
+            return int(expr.xreplace(values).xreplace(hints))
         return optimization_hint(value, fallback=8)  # an unbacked size has no hint
     if isinstance(value, torch.SymFloat):
         return float(value.node.hint) if value.node.hint is not None else 1.0
     return value
 
 
-def sample_like(example_inputs) -> list:
-    """Real inputs shaped like the example inputs: normal floats, random bools, zero
-    integers (0 is valid wherever an index is)."""
+def sample_like(example_inputs, at: dict | None = None) -> list:
+    """Real inputs shaped like the example inputs (at the sizes ``at`` gives some size
+    symbols): normal floats, random bools, zero integers (0 is valid wherever an index is)."""
     out = []
     for x in example_inputs:
         if not isinstance(x, torch.Tensor):
-            out.append(concrete(x))
+            out.append(concrete(x, at))
             continue
-        t = torch.empty_strided(tuple(map(concrete, x.shape)), tuple(map(concrete, x.stride())),
+        t = torch.empty_strided(tuple(concrete(d, at) for d in x.shape),
+                                tuple(concrete(d, at) for d in x.stride()),
                                 dtype=x.dtype, device=x.device)
         if x.dtype.is_floating_point or x.dtype.is_complex:
             t.normal_()

@@ -15,6 +15,12 @@ graph without a crossing is compiled once, as torch.compile compiles it.
 
 Only one-symbol crossings of inference graphs are guarded: a backward graph is compiled after
 Dynamo has installed its guards.
+
+Whether a rewritten graph runs faster compiled or as it is (library calls) can flip too, with
+no count to tell where (Inductor's column sum of a tall matrix falls behind ``torch.sum`` as
+the rows grow). With one size symbol it is measured again at ``larger_size``; where the
+winner differs, ``by_size`` picks per call, by the symbol's value against the geometric mean
+of the two sizes: a branch, so that no size compiles again.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ import torch.fx as fx
 from ollie.capture import contractions
 
 FAR = 1 << 31  # where an unbounded size range is taken to end
+SCALE = 8      # a size-dependent choice is measured again at the hint times this ...
+SAMPLE_BYTES = 1 << 28  # ... or less, so that the sample inputs stay under this
 
 
 def flops(nodes, renaming: dict | None = None) -> sympy.Expr:
@@ -118,3 +126,55 @@ def _range(s: sympy.Symbol, shape_env) -> tuple[float, float]:
         return 0, FAR
     upper = r.upper if r.upper.is_finite else FAR
     return float(r.lower), float(min(upper, FAR))
+
+
+def lone_symbol(example_inputs) -> tuple[sympy.Symbol, tuple[int, int | None]] | None:
+    """The graph's one size symbol and where a call carries it (input index, and dim, or
+    None for a size passed as an int), or None when no size or several sizes vary."""
+    symbols, where = set(), None
+    for i, x in enumerate(example_inputs):
+        sizes = list(x.shape) if isinstance(x, torch.Tensor) else [x]
+        for d, size in enumerate(sizes):
+            if isinstance(size, torch.SymInt):
+                symbols |= size.node.expr.free_symbols
+                if where is None and isinstance(size.node.expr, sympy.Symbol):
+                    where = size.node.expr, (i, d if isinstance(x, torch.Tensor) else None)
+    if len(symbols) != 1 or where is None:
+        return None
+    return where
+
+
+def larger_size(example_inputs, symbol: sympy.Symbol) -> int | None:
+    """Up to ``SCALE`` times the symbol's hint, as large as keeps the sample inputs under
+    ``SAMPLE_BYTES`` (None when no size above the hint does)."""
+    from ollie.capture.samples import concrete
+
+    def sample_bytes(value: int) -> int:
+        return sum(math.prod(concrete(d, {symbol: value}) for d in x.shape) * x.element_size()
+                   for x in example_inputs if isinstance(x, torch.Tensor))
+    at_hint = hint(example_inputs, symbol)
+    value = at_hint * SCALE
+    while value > at_hint and sample_bytes(value) > SAMPLE_BYTES:
+        value //= 2
+    return value if value > at_hint else None
+
+
+def hint(example_inputs, symbol: sympy.Symbol) -> int:
+    """The size the graph was compiled at for ``symbol``."""
+    for x in example_inputs:
+        for size in (x.shape if isinstance(x, torch.Tensor) else [x]):
+            if isinstance(size, torch.SymInt):
+                return int(size.node.shape_env.backed_var_to_val[symbol])
+    raise ValueError(f"no size of the inputs carries {symbol}")
+
+
+def by_size(small, large, where: tuple[int, int | None], threshold: int):
+    """A boxed callable running ``small`` where the size at ``where`` is at most
+    ``threshold``, else ``large``."""
+    index, dim = where
+
+    def run(args):
+        size = args[index] if dim is None else args[index].shape[dim]
+        return (small if size <= threshold else large)(args)
+    run._boxed_call = True
+    return run

@@ -35,7 +35,7 @@ def max_relative_error(got, expected) -> float:
     return error(got, expected)
 
 
-def _allowed_error(fn, args, expected) -> float:
+def tolerance(fn, args, expected) -> float:
     """How far a result may be from eager's (``ollie.numerics.allowed_error``): more where
     eager itself rounds far from the float64 value (``torch.linalg.norm`` in float32)."""
     import torch
@@ -186,7 +186,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
             out = optimized(*args)
     row["ollie_warmup_s"] = round(time.perf_counter() - t0, 3)
     row["max_rel_error"] = max_relative_error(out, expected)
-    row["allowed_error"] = _allowed_error(fn, args, expected)
+    row["allowed_error"] = tolerance(fn, args, expected)
     row["match"] = row["max_rel_error"] <= row["allowed_error"]
     row["ollie_plan"] = _ollie_plan(optimized)
     row["ollie_warnings"] = [str(w.message).splitlines()[0] for w in caught]

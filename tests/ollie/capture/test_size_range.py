@@ -50,3 +50,58 @@ def test_the_chain_is_compiled_once_per_side_of_its_crossing():
     large, small = (r.regions[0] for r in backend.reports[1:3])
     assert large.kernel is not None and large.size_range.endswith(">= 64")
     assert small.kernel is None and small.size_range.endswith("<= 64")
+
+
+def symbolic_inputs(rows_hint=96):
+    """A (rows, 64) and a (64, 8) fake tensor, the rows a size symbol hinted at ``rows_hint``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, \
+        StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    x = mode.from_tensor(torch.randn(rows_hint, 64), symbolic_context=StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC], constraint_sizes=[None, None]))
+    return [x, mode.from_tensor(torch.randn(64, 8), static_shapes=True)]
+
+
+def test_a_choice_is_measured_again_at_a_larger_size_within_a_memory_cap(monkeypatch):
+    inputs = symbolic_inputs()
+    symbol, where = size_range.lone_symbol(inputs)
+    assert where == (0, 0) and size_range.hint(inputs, symbol) == 96
+    assert size_range.larger_size(inputs, symbol) == 96 * size_range.SCALE
+    monkeypatch.setattr(size_range, "SAMPLE_BYTES", 96 * 4 * 64 * 3 + 64 * 8 * 4)
+    assert size_range.larger_size(inputs, symbol) == 96 * size_range.SCALE // 4  # halved twice
+    monkeypatch.setattr(size_range, "SAMPLE_BYTES", 1)
+    assert size_range.larger_size(inputs, symbol) is None
+    static = [torch.randn(4, 4)]
+    assert size_range.lone_symbol(static) is None
+
+
+def test_a_call_picks_by_its_size():
+    run = size_range.by_size(lambda args: "small", lambda args: "large", (1, 0), threshold=100)
+    assert run([None, torch.empty(100, 2)]) == "small"
+    assert run([None, torch.empty(101, 2)]) == "large"
+    assert size_range.by_size(lambda a: 1, lambda a: 2, (0, None), 5)([6]) == 2  # an int size
+
+
+def test_a_rewritten_graph_runs_compiled_or_uncompiled_by_size(monkeypatch):
+    # measured faster compiled at the hint and uncompiled at the larger size
+    from ollie.capture import backend as backend_mod, graph_pass
+
+    def decided(original, rewritten, example_inputs, report, options, key, at=None):
+        return key.endswith("-at-" + str(next(iter(at.values())))) if at else \
+            not key.endswith(backend_mod.EAGERLY)
+    monkeypatch.setattr(graph_pass, "compare", decided)
+    # (the whole graph's own eager-or-compiled choice is not under test: compiled)
+    monkeypatch.setattr(OllieBackend, "_faster_of_eager", lambda self, gm, compiled, *a: compiled)
+    backend = OllieBackend(Options(cache=False, budget_s=1.0))
+    f = torch.compile(chain, backend=backend)
+    g = torch.Generator().manual_seed(0)
+    b, c = torch.randn(256, 256, generator=g), torch.randn(256, 8, generator=g)
+    for rows in (64, 96, 40, 900):  # static, then symbolic at 96: one branch on each side
+        a = torch.randn(rows, 256, generator=g)
+        assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-3), rows
+    report = backend.reports[-1]
+    assert report.adopted and not report.runs_eagerly
+    assert report.by_size.startswith("uncompiled where") and "> 271" in report.by_size  # √(96·768)
+    assert backend.graphs == 2  # a branch, not a recompile
