@@ -65,6 +65,7 @@ class OllieBackend:
         self.notes: list[str] = []      # what runs a whole Dynamo graph when not Ollie, and why
         self.graphs = 0                 # graphs Dynamo handed over
         self.skipped_functions = 0      # whole functions left to eager PyTorch
+        self.eager_sizes: list[eager_or_compiled.EagerSizes] = []  # ... at these sizes
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
@@ -151,12 +152,18 @@ class OllieBackend:
         kernel takes): Dynamo is asked to skip it, or, where it calls other functions of the
         user's (which Dynamo would then intercept and compile one by one), this graph runs
         this once and ``ollie.optimize`` calls the function directly afterwards. A graph with
-        symbolic sizes is instead guarded to sizes up to twice the measured ones: eager's
+        symbolic sizes is instead guarded to sizes up to twice the measured ones (eager's
         lead shrinks as the work grows, so larger calls compile again and are measured
-        again."""
+        again), and ``ollie.optimize`` calls a whole function directly at those sizes
+        (``eager_or_compiled.EagerSizes``)."""
         bounded = size_range.guard_near_hints(example_inputs, factor=EAGER_RANGE)
         if bounded:
-            self._note(choice.describe(number) + f"; at sizes {bounded}")
+            covered = eager_or_compiled.whole_user_function(gm) and \
+                eager_or_compiled.eager_sizes(gm, example_inputs, EAGER_RANGE)
+            if covered:
+                self.eager_sizes.append(covered)
+            self._note(choice.describe(number) + f"; at sizes {bounded}" +
+                       ("; ollie.optimize calls the function directly there" if covered else ""))
             return gm.forward
         if eager_or_compiled.whole_user_function(gm):
             self.skipped_functions += 1

@@ -110,6 +110,7 @@ def test_sizes_suite_rows_compare_each_size_with_a_static_compile():
     assert result["match"] and [r["size"] for r in result["sizes"]] == [32, 48, 40]
     for row in result["sizes"]:
         assert row["eager_ms"] > 0 and row["static_ms"] > 0 and row["share_of_static"] > 0
+        assert row["optimize_ms"] > 0 and row["optimize_error"] <= row["allowed_error"]
     # torch.compile compiles the first size static and recompiles once with it symbolic;
     # Ollie no more often (once, where eager wins at these sizes and Dynamo skips the
     # function), the chain's order not flipping between 32 and 48 rows

@@ -177,6 +177,32 @@ def test_a_whole_function_eager_runs_faster_is_skipped_by_dynamo(monkeypatch):
         assert f.runs_eagerly and f.func is small  # partial's C call, no Python frame between
 
 
+def test_sizes_where_eager_won_a_symbolic_graph_are_called_directly(monkeypatch):
+    # compiled wins the first (static) graph, eager the symbolic one: Dynamo cannot skip the
+    # function (larger sizes must compile again), so ollie.optimize checks the sizes itself
+    verdicts = iter([timing(1e-3, 2e-3)] + [timing(2e-3, 1e-3)] * 10)
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: next(verdicts))
+
+    def rows_sum(x, w):
+        return torch.tanh(x * w).sum(0)
+
+    f = ollie.optimize(rows_sum, measure_cap_s=0.05, cache=False)
+    w = torch.randn(16)
+    with torch.no_grad():
+        for rows in (8, 12):
+            x = torch.randn(rows, 16)
+            assert torch.allclose(f(x, w), rows_sum(x, w))
+        assert f.backend.graphs == 2 and len(f.backend.eager_sizes) == 1, f.backend.notes
+        real = f._compiled
+        monkeypatch.setattr(f, "_compiled", lambda *a: pytest.fail("went through Dynamo"))
+        for x in (torch.randn(10, 16), torch.randn(24, 16)):  # up to twice the hint
+            assert torch.allclose(f(x, w), rows_sum(x, w))
+        monkeypatch.setattr(f, "_compiled", real)
+        for x, w2 in ((torch.randn(100, 16), w), (torch.randn(10, 17), torch.randn(17))):
+            assert torch.allclose(f(x, w2), rows_sum(x, w2))  # outside: Dynamo decides
+    assert f.backend.graphs > 2
+
+
 def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(monkeypatch):
     # skipped by Dynamo, its callees would each be intercepted and compiled again
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
