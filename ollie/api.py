@@ -92,7 +92,8 @@ class OptimizedFunction(functools.partial):
         self.__setstate__((target, (), None, self.__dict__))
 
     def _compiled_call(self, *args, **kwargs):
-        if any(sizes.holds(args, kwargs) for sizes in self.backend.eager_sizes):
+        eager_sizes = self.backend.eager_sizes
+        if eager_sizes and any(sizes.holds(args, kwargs) for sizes in eager_sizes):
             return self.fn(*args, **kwargs)  # eager runs these sizes faster: no Dynamo
         frames = self.breaks.before_call()
         out = self._compiled(*args, **kwargs)

@@ -111,7 +111,7 @@ class RegionReport:
             lines.append(f"  {self.unmeasured} candidate(s) not measured: the ranker "
                          "estimates them slower, or they make the same calls as another")
         if self.eager_s is not None and self.ollie_s is not None:
-            lines.append(f"  measured (best of interleaved runs, uncompiled): original "
+            lines.append(f"  measured (medians of interleaved runs, uncompiled): original "
                          f"{self.eager_s * 1e3:.3f} ms, derived {self.ollie_s * 1e3:.3f} ms "
                          f"({self.eager_s / self.ollie_s:.2f}×, {self.backend} backend)")
         lines.append(f"  decision: {self.decision}")
@@ -280,7 +280,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     with torch.no_grad():
         timing = measure.compare(eager_region, lambda: winner.kernel(*inputs),
                                  budget_s=options.measure_cap_s)
-    report.eager_s, report.ollie_s = timing.eager_best, timing.ollie_best
+    report.eager_s, report.ollie_s = timing.eager_median, timing.ollie_median
     report.speedup, report.spread = timing.speedup, timing.spread
     if not timing.faster(ADOPTION_MARGIN):
         report.decision = NOT_FASTER

@@ -190,18 +190,18 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)
-    compiled_s = timing.eager_best + frame
+    compiled_s = timing.eager_median + frame
     # ``frame`` is a lower bound of what Dynamo costs this function (more guards, more
     # wrappers than the calibration's): where eager skips it, a tie goes to eager; but a
     # function that calls others runs, eagerly, their Python too (a model's modules),
     # which the captured graph does not: eager must then win by the margin
     margin = 1.0 if skippable and not calls_other_functions() else ADOPTION_MARGIN
-    runs = EAGER if timing.ollie_best <= compiled_s * margin else COMPILED
+    runs = EAGER if timing.ollie_median <= compiled_s * margin else COMPILED
     if store is not None:
         store.put(k, {"decision": runs, "margin": margin, "remeasured": 0,
-                      **timing.entry_fields(), "eager_s": timing.eager_median + frame,
-                      "speedup": compiled_s / timing.ollie_best})
-    return Choice(runs, compiled_s=compiled_s, eager_s=timing.ollie_best)
+                      **timing.entry_fields(), "eager_s": compiled_s,
+                      "speedup": compiled_s / timing.ollie_median})
+    return Choice(runs, compiled_s=compiled_s, eager_s=timing.ollie_median)
 
 
 def _probe(*xs):

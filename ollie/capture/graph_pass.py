@@ -384,14 +384,14 @@ def compare(original, rewritten, example_inputs, report: GraphReport, options,
         timing = measure.compare(lambda: original(list(inputs)),
                                  lambda: rewritten(list(inputs)),
                                  budget_s=options.measure_cap_s)
-    report.timing = (timing.eager_best, timing.ollie_best)
+    report.timing = (timing.eager_median, timing.ollie_median)
     faster = timing.faster(ADOPTION_MARGIN)
     if options.cache:
         cache.Cache(options.cache_dir).put(key, {
             "program": None, "rule_chain": [], "cost_before": 0.0, "cost_after": 0.0,
             "error": None, "backend": "inductor", "margin": ADOPTION_MARGIN,
             "remeasured": report.remeasured, **timing.entry_fields(),
-            "eager_s": timing.eager_best, "ollie_s": timing.ollie_best,
+            "eager_s": timing.eager_median, "ollie_s": timing.ollie_median,
             "decision": region_mod.ADOPTED if faster else region_mod.NOT_FASTER})
     return faster
 
