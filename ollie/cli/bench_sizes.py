@@ -42,6 +42,28 @@ def chain(a, b, c):
     return (a @ b) @ c
 
 
+_MODELS: dict = {}  # built on the first call of a case's inputs (not at import)
+
+
+def bert_stack(x):
+    return _MODELS["bert"](x)
+
+
+def gpt2_block(x):
+    return _MODELS["gpt2"](x)
+
+
+def _sequence(name: str, d: int = 256):
+    """Inputs (1, n, d) of a model in ``_MODELS``, the model made on first use."""
+    def inputs(n: int):
+        if name not in _MODELS:
+            from ollie.cli.bench_models import BertStack, GPT2Block
+            torch.manual_seed(0)
+            _MODELS[name] = (BertStack(layers=2) if name == "bert" else GPT2Block()).eval()
+        return (_randn(1, n, d, seed=n),)
+    return inputs
+
+
 _B1, _C1 = _randn(1024, 1024, seed=1), _randn(1024, 64, seed=2)
 _W = _randn(512, 512, seed=3)
 _B2, _C2 = _randn(512, 512, seed=4), _randn(512, 64, seed=5)
@@ -56,6 +78,10 @@ CASES = [
     SizeCase("chain_flip", "(a @ b) @ c, a: rows × 512, b: 512², c: 512 × 64: the best "
              "order flips at 64 rows", chain, lambda n: (_randn(n, 512, seed=n), _B2, _C2),
              (512, 384, 256, 128, 96, 32, 24, 16, 48, 1024, 80, 40)),
+    SizeCase("bert_seq", "2 BERT layers, d=256, sequence lengths 32 to 512", bert_stack,
+             _sequence("bert"), (32, 64, 96, 128, 192, 256, 320, 384, 448, 512, 40, 200)),
+    SizeCase("gpt2_decode", "GPT-2 block, d=256, decoding: the sequence grows by one token",
+             gpt2_block, _sequence("gpt2"), tuple(range(16, 28))),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -100,8 +126,10 @@ def run_case(case: SizeCase, repeat: int, budget_s: float) -> dict:
         rows.append(row)
     graphs["ollie"] = backend.graphs  # (Dynamo's own count includes Ollie's calibration)
     firsts = [r["first_call_s"]["ollie"] for r in rows]
+    from ollie.capture.report import graph_line
     return {"case": case.name, "description": case.description, "sizes": rows,
             "graphs": graphs, "first_call_s": firsts[0], "later_first_calls_s": sum(firsts[1:]),
+            "ollie_graphs": [graph_line(r) for r in backend.reports],  # rewrites per graph
             "match": all(r[f"{v}_error"] <= r["allowed_error"] for r in rows
                          for v in ("ollie", "optimize", "static"))}  # torch.compile's aside
 
@@ -113,7 +141,8 @@ def table(result: dict):
     t = Table(title=f"{result['case']}: {result['description']}",
               caption=f"graphs compiled: torch.compile {g['compile']}, Ollie {g['ollie']}; "
                       f"Ollie's first call {result['first_call_s']:.2f} s, later sizes' first "
-                      f"calls together {result['later_first_calls_s']:.2f} s")
+                      f"calls together {result['later_first_calls_s']:.2f} s; "
+                      + "; ".join(result["ollie_graphs"]))
     for col in ("size", "eager ms", "compile ms", "ollie ms", "optimize ms", "static ollie ms",
                 "share of static (ollie / optimize)", "first call s (compile / ollie)",
                 "max rel err"):
