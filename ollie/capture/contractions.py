@@ -58,9 +58,13 @@ WITH_BIAS = {"aten.addmm": "aten.mm", "aten.baddbmm": "aten.bmm", "aten.addmv": 
 
 def call_signature(calls) -> list[tuple]:
     """``signature`` of calls as they reached the dispatcher: ``(operator, args, kwargs,
-    output)`` with tensor values (``ollie.cost.lowered.trace_calls``)."""
+    output)`` with tensor values (``ollie.cost.lowered.trace_calls``). Symbolic sizes are
+    taken at their hints, the sizes the graph was compiled for: a graph with symbolic sizes
+    then compares with a program traced at those sizes, and no comparison adds a guard."""
+    from ollie.capture.samples import concrete
+
     def layout(v):
-        return (tuple(v.shape), tuple(v.stride()))
+        return (tuple(map(concrete, v.shape)), tuple(map(concrete, v.stride())))
 
     out = []
     for target, args, kwargs, val in calls:
@@ -71,5 +75,8 @@ def call_signature(calls) -> list[tuple]:
         operands = [a for a in args if isinstance(a, torch.Tensor)]
         if name in WITH_BIAS:
             name, operands = WITH_BIAS[name], operands[1:]
+        sizes = [d for a in operands for d in a.shape if isinstance(d, torch.SymInt)]
+        if count.free_symbols and sizes:
+            count = count.xreplace(sizes[0].node.shape_env.backed_var_to_val)
         out.append((name, str(count), tuple(layout(a) for a in operands)))
     return sorted(out)

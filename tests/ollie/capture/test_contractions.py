@@ -56,3 +56,13 @@ def test_calls_recorded_at_dispatch_sign_like_the_graph():
         torch.relu(a @ b) * 2
     graph = nodes(lambda a, b: torch.relu(a @ b) * 2, a, b)
     assert contractions.call_signature(rec.calls) == contractions.signature(graph) != []
+
+
+def test_a_symbolic_graph_signs_at_its_hints_without_guards():
+    symbolic = make_fx(lambda a, b, w: (a @ b) * w, tracing_mode="symbolic")(a, b, w)
+    shape_env = next(n.meta["val"].shape[0] for n in symbolic.graph.nodes
+                     if n.op == "placeholder").node.shape_env
+    guards = len(shape_env.guards)
+    at_hints = nodes(lambda a, b, w: (a @ b) * w, a, b, w)
+    assert contractions.signature(symbolic.graph.nodes) == contractions.signature(at_hints)
+    assert len(shape_env.guards) == guards  # nothing was specialised to compare
