@@ -85,7 +85,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     chosen = []
     for region in translation.regions:
-        why_not = regions_mod.worth_deriving(region, on_gpu)
+        why_not = regions_mod.worth_deriving(region, on_gpu, options.inductor)
         if why_not:
             for m in region.members:
                 translation.left[m] = f"translated, not derived: {why_not}"

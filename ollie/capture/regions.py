@@ -184,7 +184,7 @@ def _canonical_names(expr: ir.Scope, inputs: dict[str, fx.Node]):
             {names[old]: node for old, node in inputs.items() if old in names})
 
 
-def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
+def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False) -> str | None:
     """Why ``region`` is NOT worth deriving, or None when it is.
 
     Derivations pay off where the reductions' iteration spaces are much larger than the data
@@ -194,7 +194,10 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     one loop anyway. And a lone library operator over plain operands is already what the
     library does best on a CPU (measured: conv, conv transpose and dilated conv keep the
     library call there), so it is left too; on a GPU EinNet's single-operator rewrites
-    (conv → GEMM + eOperator) are still tried.
+    (conv → GEMM + eOperator) are still tried. Under Inductor, so is a lone contraction with
+    only elementwise work around it (a linear layer after a normalisation, a convolution
+    before a batch norm): the elementwise work cannot change the contraction's, and Inductor
+    fuses it in any form.
     """
     compute = region.compute_ops
     if not compute:
@@ -203,7 +206,15 @@ def worth_deriving(region: Region, on_gpu: bool = False) -> str | None:
     data = sum(ir.analysis.numel(t) for t in ir.inputs(expr).values())
     if reduction_work(region) <= 4 * data:
         return "no contraction (elementwise work and plain reductions: Inductor fuses them)"
-    if len(compute) >= 2 or on_gpu:
+    if on_gpu:
+        return None
+    if inductor and len(compute) >= 2:
+        lone = [m for m in compute if _contraction(m)]
+        if len(lone) == 1 and all(m is lone[0] or torch.Tag.pointwise in
+                                  getattr(m.target, "tags", ()) for m in compute):
+            return f"a single {describe(lone[0])} with only elementwise work around it " \
+                   "(Inductor fuses that work in either form)"
+    if len(compute) >= 2:
         return None
     plain = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshape,
              torch.ops.aten.permute, torch.ops.aten.t, torch.ops.aten.transpose,

@@ -291,10 +291,8 @@ def test_a_rewrite_derived_once_serves_every_size_of_a_dynamic_graph(monkeypatch
     assert backend.graphs == 2
 
 
-def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp_path):
-    # relu, scale and shift moved around the product: Inductor fuses them in either form
-    from ollie.region import GLUE_ONLY
-
+def test_under_inductor_a_lone_product_with_elementwise_work_is_not_derived(tmp_path):
+    # relu, scale and shift could only move around the product: Inductor fuses them in any form
     def glue(x, w, s):
         return torch.relu(x @ w) * s + 1
 
@@ -302,6 +300,24 @@ def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp
     x, w, s = torch.randn(64, 32), torch.randn(32, 16), torch.randn(16)
     with torch.no_grad():
         assert torch.allclose(f(x, w, s), glue(x, w, s))
+    assert regions(f) == []
+    (graph,) = f.backend.reports
+    assert any("a single aten.mm with only elementwise work around it" in why
+               for _, _, why in graph.left), graph.left
+
+
+def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp_path):
+    # a row sum after a relu of the product: the sum cannot move inside the relu; the scale
+    # and the shift can only move around the product
+    from ollie.region import GLUE_ONLY
+
+    def glue(x, w, s):
+        return (torch.relu(x @ w) * s + 1).sum(1)
+
+    f = ollie.optimize(glue, measure_cap_s=0.05, cache_dir=tmp_path)
+    x, w, s = torch.randn(64, 32), torch.randn(32, 16), torch.randn(16)
+    with torch.no_grad():
+        assert torch.allclose(f(x, w, s), glue(x, w, s), rtol=1e-4, atol=1e-4)
     (report,) = regions(f)
     assert report.decision == GLUE_ONLY and report.measured == []
 
