@@ -14,6 +14,7 @@ stays in the graph for Inductor, its reason recorded for ``explain``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -208,21 +209,38 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
         return "no contraction (elementwise work and plain reductions: Inductor fuses them)"
     if on_gpu:
         return None
-    if inductor and len(compute) >= 2:
-        lone = [m for m in compute if _contraction(m)]
-        if len(lone) == 1 and all(m is lone[0] or torch.Tag.pointwise in
-                                  getattr(m.target, "tags", ()) for m in compute):
-            return f"a single {describe(lone[0])} with only elementwise work around it " \
-                   "(Inductor fuses that work in either form)"
-    if len(compute) >= 2:
-        return None
-    plain = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshape,
-             torch.ops.aten.permute, torch.ops.aten.t, torch.ops.aten.transpose,
-             torch.ops.aten.clone, torch.ops.aten.alias, torch.ops.aten.unsqueeze,
-             torch.ops.aten.squeeze, torch.ops.aten._to_copy}
-    if all(m.target.overloadpacket in plain for m in region.members if m not in compute):
+    around = [m for m in region.members if not _contraction(m)]
+    if len(compute) == 1 and all(m.target.overloadpacket in PLAIN for m in around):
         return f"a single {describe(compute[0])} over plain operands"
+    lone = [m for m in compute if _contraction(m)]
+    if inductor and len(lone) == 1 and all(m.target.overloadpacket in PLAIN or _elementwise(m)
+                                           for m in around):
+        return f"a single {describe(lone[0])} with only elementwise work around it " \
+               "(Inductor fuses that work in either form)"
     return None
+
+
+# operators that only lay out or copy a tensor: around a lone library operator they leave
+# nothing for a derivation to change (a diagonal, a slice or an expand would)
+PLAIN = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshape,
+         torch.ops.aten.permute, torch.ops.aten.t, torch.ops.aten.transpose,
+         torch.ops.aten.clone, torch.ops.aten.alias, torch.ops.aten.unsqueeze,
+         torch.ops.aten.squeeze, torch.ops.aten._to_copy}
+
+
+def _elementwise(node: fx.Node) -> bool:
+    """A pointwise operator no larger than its largest operand (a scale, a shift, an
+    activation), not one that broadcasts operands into a larger tensor (an outer product:
+    structure a derivation can exploit)."""
+    if torch.Tag.pointwise not in getattr(node.target, "tags", ()):
+        return False
+    sizes = [_numel(a) for a in node.all_input_nodes]
+    return bool(sizes) and _numel(node) <= max(sizes)
+
+
+def _numel(node: fx.Node) -> int:
+    val = node.meta.get("val")
+    return math.prod(concrete(d) for d in val.shape) if isinstance(val, torch.Tensor) else 1
 
 
 def reduction_work(region: Region) -> int:

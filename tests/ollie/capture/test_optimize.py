@@ -306,6 +306,19 @@ def test_under_inductor_a_lone_product_with_elementwise_work_is_not_derived(tmp_
                for _, _, why in graph.left), graph.left
 
 
+@pytest.mark.parametrize("fn, shapes", [
+    (lambda a, b: torch.diag(a @ b), ((32, 16), (16, 32))),  # n of the n² dot products
+    (lambda a, b: (a[:, None, :] * b[None, :, :]).reshape(-1, 16).T @ b.repeat(32, 1),
+     ((32, 16), (16, 16))),  # an outer product of the operands: a Khatri-Rao Gram
+], ids=["diagonal", "outer_product"])
+def test_under_inductor_a_lone_product_with_structure_around_it_is_derived(fn, shapes,
+                                                                          tmp_path):
+    f = ollie.optimize(fn, measure_cap_s=0.05, cache_dir=tmp_path)
+    with torch.no_grad():
+        f(*(torch.randn(*s) for s in shapes))
+    assert regions(f), [why for r in f.backend.reports for _, _, why in r.left]
+
+
 def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp_path):
     # a row sum after a relu of the product: the sum cannot move inside the relu; the scale
     # and the shift can only move around the product
