@@ -82,6 +82,7 @@ class OptimizedFunction(functools.partial):
         self.options = options
         self.backend = OllieBackend(options)
         self.breaks = _GraphBreaks()
+        self._dynamic = dynamic
         self._compiled = torch.compile(fn, backend=self.backend, dynamic=dynamic)
         functools.update_wrapper(self, fn, updated=())
         self.__name__ = _name(fn)
@@ -110,6 +111,9 @@ class OptimizedFunction(functools.partial):
 
     def __repr__(self) -> str:
         return f"<ollie.optimize of {self.__name__}>"
+
+    def __reduce__(self):  # a copy (or an unpickled one) is optimized afresh on its first call
+        return OptimizedFunction, (self.fn, self.options, self._dynamic)
 
     def __get__(self, obj, objtype=None):  # a decorated method binds like a function
         return self if obj is None else types.MethodType(self, obj)

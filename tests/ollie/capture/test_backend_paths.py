@@ -203,6 +203,18 @@ def test_sizes_where_eager_won_a_symbolic_graph_are_called_directly(monkeypatch)
     assert f.backend.graphs > 2
 
 
+def test_a_copy_of_an_optimized_function_is_optimized_afresh():
+    import copy
+
+    f = ollie.optimize(elementwise, budget_s=1.5, measure_cap_s=0.05)
+    a, b = args()
+    with torch.no_grad():
+        f(a, b)
+        for twin in (copy.copy(f), copy.deepcopy(f)):  # a model copied with it, say
+            assert twin is not f and twin.options == f.options and twin.backend is not f.backend
+            assert torch.allclose(twin(a, b), elementwise(a, b))
+
+
 def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(monkeypatch):
     # skipped by Dynamo, its callees would each be intercepted and compiled again
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
