@@ -156,13 +156,14 @@ class OllieBackend:
         lead shrinks as the work grows, so larger calls compile again and are measured
         again), and ``ollie.optimize`` calls a whole function directly at those sizes
         (``eager_or_compiled.EagerSizes``)."""
-        bounded = size_range.guard_near_hints(example_inputs, factor=EAGER_RANGE)
-        if bounded:
+        bounds = size_range.guard_near_hints(example_inputs, factor=EAGER_RANGE)
+        if bounds:
             covered = eager_or_compiled.whole_user_function(gm) and \
-                eager_or_compiled.eager_sizes(gm, example_inputs, EAGER_RANGE)
+                eager_or_compiled.eager_sizes(gm, example_inputs, bounds)
             if covered:
                 self.eager_sizes.append(covered)
-            self._note(choice.describe(number) + f"; at sizes {bounded}" +
+            held = " and ".join(size_range.describe(s, None, high) for s, high in bounds.items())
+            self._note(choice.describe(number) + f"; at sizes {held}" +
                        ("; ollie.optimize calls the function directly there" if covered else ""))
             return gm.forward
         if eager_or_compiled.whole_user_function(gm):

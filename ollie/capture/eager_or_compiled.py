@@ -99,12 +99,12 @@ class EagerSizes:
         return True
 
 
-def eager_sizes(gm: fx.GraphModule, example_inputs, factor: int) -> EagerSizes | None:
-    """The calls the graph covers when its symbolic sizes are kept to at most ``factor``
-    times their hints (``size_range.guard_near_hints``); None where an input of the graph is
-    not a tensor argument of the function being compiled (a global, a closure, a module's
-    parameter) or a size of one, or a dim's size is an expression of symbols."""
-    import sympy
+def eager_sizes(gm: fx.GraphModule, example_inputs, bounds: dict) -> EagerSizes | None:
+    """The calls the graph covers when its size symbols are kept to ``bounds`` (each one's
+    highest size, as ``size_range.guard_near_hints`` guards them); None where an input of
+    the graph is not a tensor argument of the function being compiled (a global, a
+    closure, a module's parameter) or a size of one, or a dim's size is an expression of
+    symbols or a symbol without a bound."""
     from torch._dynamo.source import LocalSource, TensorPropertySource
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -124,10 +124,10 @@ def eager_sizes(gm: fx.GraphModule, example_inputs, factor: int) -> EagerSizes |
             if not isinstance(size, torch.SymInt):
                 low.append(size)
                 high.append(size)
-            elif isinstance(size.node.expr, sympy.Symbol):
-                env = size.node.shape_env
-                low.append(max(2, int(env.var_to_range[size.node.expr].lower)))  # 0, 1: fixed
-                high.append(factor * int(env.backed_var_to_val[size.node.expr]))
+            elif size.node.expr in bounds:
+                lower = size.node.shape_env.var_to_range[size.node.expr].lower
+                low.append(max(2, int(lower)))  # sizes 0 and 1 are specialised
+                high.append(bounds[size.node.expr])
             else:
                 return None
         position = names.index(source.local_name)

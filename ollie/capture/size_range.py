@@ -98,9 +98,9 @@ def _record(condition: torch.SymBool) -> None:
         raise AssertionError(f"ollie: a size guard excludes its own hint: {condition}")
 
 
-def guard_near_hints(example_inputs, factor: int) -> str:
+def guard_near_hints(example_inputs, factor: int) -> dict[sympy.Symbol, int]:
     """Guard every size symbol of ``example_inputs`` to at most ``factor`` times its hint;
-    the guards as text ("" when the sizes are static)."""
+    those bounds (empty when the sizes are static)."""
     held = {}
     for x in example_inputs:
         sizes = x.shape if isinstance(x, torch.Tensor) else [x]
@@ -111,8 +111,8 @@ def guard_near_hints(example_inputs, factor: int) -> str:
             if symbol not in held:
                 high = factor * int(size.node.shape_env.backed_var_to_val[symbol])
                 _record(size <= high)
-                held[symbol] = describe(symbol, None, high)
-    return " and ".join(held.values())
+                held[symbol] = high
+    return held
 
 
 def describe(symbol, low: int | None, high: int | None) -> str:

@@ -310,7 +310,7 @@ def _gunzip(raw: bytes, cap: int) -> bytes:
 # -- comparing two callables, with the noise of the comparison ---------------------------------
 @dataclass
 class Comparison:
-    """Eager against Ollie in interleaved rounds: best and median seconds of each, the ratio
+    """Eager against Ollie in interleaved rounds: median seconds of each, the ratio
     a decision uses (``speedup``: the median of the per-round ratios, eager's time over
     Ollie's) and its relative ``spread`` (half their inter-quartile range, over their
     median). Store both in the cache entry (``speedup``, ``spread``):
@@ -318,8 +318,6 @@ class Comparison:
     compiled program whose calls are fast only now and then (a DCGAN generator's, 5.5 ms at
     best, 8.5 ms typically, where eager takes 5.4 ms) is as fast as its typical call."""
 
-    eager_best: float
-    ollie_best: float
     eager_median: float
     ollie_median: float
     speedup: float
@@ -376,5 +374,5 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
         spread = (q[2] - q[0]) / 2 / statistics.median(ratios)
     else:
         spread = (ratios[-1] - ratios[0]) / 2 / statistics.median(ratios)
-    return Comparison(min(te), min(to), statistics.median(te), statistics.median(to),
-                      statistics.median(ratios), spread, len(te))
+    return Comparison(statistics.median(te), statistics.median(to), statistics.median(ratios),
+                      spread, len(te))

@@ -91,7 +91,7 @@ def test_region_without_improvement_is_kept(monkeypatch):
     # timing to a tie so that what is tested is the decision, not the machine.
     from ollie.cost import measure
     monkeypatch.setattr(measure, "compare", lambda a, b, budget_s: measure.Comparison(
-        1e-3, 1e-3, 1e-3, 1e-3, 1.0, 0.0, 5))
+        1e-3, 1e-3, 1.0, 0.0, 5))
     f = ollie.optimize(lambda x, y, z: torch.relu(x @ y + z), **FAST)
     x, y, z = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 64)
     assert torch.allclose(f(x, y, z), torch.relu(x @ y + z), atol=1e-5)
