@@ -26,12 +26,14 @@ from ollie.options import Options
 
 
 class _GraphBreaks:
-    """Dynamo's reasons for splitting the function, seen during its calls. Dynamo counts them
+    """Dynamo's reasons for splitting the function, seen while it compiled. Dynamo counts them
     globally (``graph_break``, and ``unimplemented`` for what it cannot trace, such as
-    data-dependent branching). A call costs two reads of Dynamo's frame counter: the break
-    counters are compared only across a call during which Dynamo compiled."""
+    data-dependent branching). A call through ``OptimizedFunction._compiled_call`` is bracketed
+    by two reads of Dynamo's frame counter; a compile during a direct call is counted from the
+    start of that compile (Dynamo's compile-start callback), when the backend is handed a graph."""
 
     KINDS = ("graph_break", "unimplemented")
+    _at_compile_start: list[dict] = []   # the counters when Dynamo last began compiling a frame
 
     def __init__(self):
         from torch._dynamo.utils import counters
@@ -40,6 +42,12 @@ class _GraphBreaks:
         self.seen: dict[str, int] = {}
         self._frames_seen = -1
         self._before: list[dict] = []
+        if not _GraphBreaks._at_compile_start:  # once per process
+            _GraphBreaks._at_compile_start = self.snapshot()
+            torch._dynamo.callback_handler.register_start_callback(self._compile_starts)
+
+    def _compile_starts(self, _args) -> None:
+        _GraphBreaks._at_compile_start = self.snapshot()
 
     def before_call(self) -> int:
         frames = self.frames["total"]
@@ -56,6 +64,12 @@ class _GraphBreaks:
         self._before = self.snapshot()
         return True
 
+    def compiled_unbracketed(self) -> None:
+        """Record the breaks of the frame Dynamo is compiling now, outside ``before_call``."""
+        self.record(_GraphBreaks._at_compile_start)
+        _GraphBreaks._at_compile_start = self.snapshot()
+        self._frames_seen = -1
+
     def snapshot(self) -> list[dict]:
         return [dict(c) for c in self.counters]
 
@@ -70,9 +84,11 @@ class OptimizedFunction(functools.partial):
     """``fn`` compiled by ``torch.compile`` with an Ollie backend of its own.
 
     A ``functools.partial`` whose target changes once: while Dynamo compiles, a call goes
-    through ``_compiled_call``; once eager PyTorch is known to run ``fn`` faster, partial's
-    C-level call reaches ``fn`` itself (0.1 µs a call, against 0.5 µs through a Python
-    ``__call__``: a fifth of a 2 µs kernel)."""
+    through ``_compiled_call`` while Dynamo compiles. Once a call compiles nothing, the target is
+    torch.compile's own function: nothing of Ollie's runs on the call path (every Python frame
+    added cost 0.5-1 µs after a large kernel had left the caches cold) until the backend is
+    handed another graph. Once eager PyTorch is known to run ``fn`` faster, the target is ``fn``
+    itself (0.1 µs a call, against 0.5 µs through a Python ``__call__``)."""
 
     def __new__(cls, fn: Callable, options: Options, dynamic: bool | None = None):
         return super().__new__(cls, fn)  # the call target is set in __init__
@@ -84,6 +100,7 @@ class OptimizedFunction(functools.partial):
         self.breaks = _GraphBreaks()
         self._dynamic = dynamic
         self._compiled = torch.compile(fn, backend=self.backend, dynamic=dynamic)
+        self.backend.on_graph = self._handed_a_graph
         functools.update_wrapper(self, fn, updated=())
         self.__name__ = _name(fn)
         self._call(self._compiled_call)
@@ -98,11 +115,19 @@ class OptimizedFunction(functools.partial):
             return self.fn(*args, **kwargs)  # eager runs these sizes faster: no Dynamo
         frames = self.breaks.before_call()
         out = self._compiled(*args, **kwargs)
-        if self.breaks.after_call(frames) and \
-                0 < self.backend.graphs == self.backend.skipped_functions:
+        if not self.breaks.after_call(frames):
+            if not eager_sizes:
+                self._call(self._compiled)  # settled: torch.compile's own call path
+        elif 0 < self.backend.graphs == self.backend.skipped_functions:
             # every graph Dynamo made of fn was the whole of it, and eager runs it faster
             self._call(self.fn)
         return out
+
+    def _handed_a_graph(self) -> None:
+        """The backend's hook: Dynamo is compiling ``fn`` again (a new size, a new guard)."""
+        if self.func is self._compiled:
+            self.breaks.compiled_unbracketed()
+            self._call(self._compiled_call)  # watch the next call: it may need eager_sizes
 
     @property
     def runs_eagerly(self) -> bool:

@@ -26,6 +26,7 @@ import functools
 import logging
 import math
 import warnings
+from typing import Callable
 
 import torch
 
@@ -67,8 +68,11 @@ class OllieBackend:
         self.skipped_functions = 0      # whole functions left to eager PyTorch
         self.eager_sizes: list[eager_or_compiled.EagerSizes] = []  # ... at these sizes
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
+        self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        if self.on_graph is not None:
+            self.on_graph()
         self.graphs += 1
         number = self.graphs
         reason = _unsupported(example_inputs)

@@ -177,6 +177,29 @@ def test_a_whole_function_eager_runs_faster_is_skipped_by_dynamo(monkeypatch):
         assert f.runs_eagerly and f.func is small  # partial's C call, no Python frame between
 
 
+def test_settled_calls_go_straight_to_torch_compile_until_dynamo_compiles_again(monkeypatch):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-3, 2e-3))
+
+    def broken_at_a_size(a, b):
+        x = torch.tanh(a) * b
+        if a.shape[0] > 40:
+            torch._dynamo.graph_break()
+        return x + 1
+
+    f = ollie.optimize(broken_at_a_size, measure_cap_s=0.05, cache=False)
+    a, b = args()
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.allclose(f(a, b), broken_at_a_size(a, b))
+        assert f.func is f._compiled and not f.breaks.seen  # nothing of Ollie's in the call
+        big = torch.randn(48, 32), torch.randn(48, 32)
+        assert torch.allclose(f(*big), broken_at_a_size(*big))  # compiles during a direct call
+        assert f.func == f._compiled_call and f.breaks.seen, f.breaks.seen
+        for _ in range(2):
+            assert torch.allclose(f(*big), broken_at_a_size(*big))
+        assert f.func is f._compiled
+
+
 def test_sizes_where_eager_won_a_symbolic_graph_are_called_directly(monkeypatch):
     # compiled wins the first (static) graph, eager the symbolic one: Dynamo cannot skip the
     # function (larger sizes must compile again), so ollie.optimize checks the sizes itself
