@@ -101,6 +101,7 @@ class OptimizedFunction(functools.partial):
         self._dynamic = dynamic
         self._compiled = torch.compile(fn, backend=self.backend, dynamic=dynamic)
         self.backend.on_graph = self._handed_a_graph
+        self.backend.calls_skipped_directly = True
         functools.update_wrapper(self, fn, updated=())
         self.__name__ = _name(fn)
         self._call(self._compiled_call)

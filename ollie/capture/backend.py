@@ -69,6 +69,7 @@ class OllieBackend:
         self.eager_sizes: list[eager_or_compiled.EagerSizes] = []  # ... at these sizes
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
+        self.calls_skipped_directly = False  # a skipped function is called without Dynamo
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         if self.on_graph is not None:
@@ -116,7 +117,11 @@ class OllieBackend:
         if not (self.options.cache and eager_or_compiled.is_inference(example_inputs)):
             return None
         store = cache.Cache(self.options.cache_dir)
-        return eager_or_compiled.stored(store, eager_or_compiled.key(gm, example_inputs))
+        return eager_or_compiled.stored(store, self._choice_key(gm, example_inputs))
+
+    def _choice_key(self, gm, example_inputs) -> str:
+        return eager_or_compiled.key(gm, example_inputs) + \
+            ("-called-directly" if self.calls_skipped_directly else "")
 
     def _faster_of_eager(self, gm, compiled, example_inputs, number: int, stored):
         """``compiled``, or the graph itself where eager library calls run faster."""
@@ -130,7 +135,7 @@ class OllieBackend:
                 with _real_computation():
                     choice = eager_or_compiled.choose(
                         gm, compiled, example_inputs, self.options.measure_cap_s, store,
-                        eager_or_compiled.key(gm, example_inputs))
+                        self._choice_key(gm, example_inputs), self.calls_skipped_directly)
             except DYNAMO_CONTROL:
                 raise
             except Exception:  # the graph does not run on sample data: keep the compile

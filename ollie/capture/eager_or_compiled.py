@@ -179,64 +179,84 @@ def stored(store: cache.Cache | None, k: str) -> Choice | None:
 
 
 def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
-           store: cache.Cache | None, k: str) -> Choice:
+           store: cache.Cache | None, k: str, called_directly: bool = False) -> Choice:
     """Time ``gm`` itself against ``compiled`` (the baseline) on sample inputs; eager runs
     only when it is faster by the margin. Where eager would let Dynamo skip the function
-    (a whole function at static sizes), the compiled side also pays Dynamo's frame and guards
-    on every call: that is added, and eager needs only to be as fast."""
+    (a whole function at static sizes), each side is charged the Python the timing leaves
+    out, and a tie goes to eager: the compiled side pays Dynamo's frame and guards on every
+    call (``called_directly``: ``ollie.optimize`` then calls the function itself, without
+    torch.compile's wrapper either), the eager side the calls of the modules it runs."""
     inputs = sample_like(example_inputs)
     skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs)
-    frame = dynamo_call_overhead(example_inputs) if skippable else 0.0
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)
-    compiled_s = timing.eager_median + frame
-    # ``frame`` is a lower bound of what Dynamo costs this function (more guards, more
-    # wrappers than the calibration's): where eager skips it, a tie goes to eager; but a
-    # function that calls others runs, eagerly, their Python too (a model's modules),
-    # which the captured graph does not: eager must then win by the margin
-    margin = 1.0 if skippable and not calls_other_functions() else ADOPTION_MARGIN
-    runs = EAGER if timing.ollie_median <= compiled_s * margin else COMPILED
+    compiled_s, eager_s, margin = timing.eager_median, timing.ollie_median, ADOPTION_MARGIN
+    if skippable:
+        compiled_s += dynamo_call_overhead(example_inputs, called_directly)
+        eager_s += module_calls(gm) * module_call_overhead()
+        margin = 1.0
+    runs = EAGER if eager_s <= compiled_s * margin else COMPILED
     if store is not None:
         store.put(k, {"decision": runs, "margin": margin, "remeasured": 0,
-                      **timing.entry_fields(), "eager_s": compiled_s,
-                      "speedup": compiled_s / timing.ollie_median})
-    return Choice(runs, compiled_s=compiled_s, eager_s=timing.ollie_median)
+                      **timing.entry_fields(), "eager_s": compiled_s, "ollie_s": eager_s,
+                      "speedup": compiled_s / eager_s})
+    return Choice(runs, compiled_s=compiled_s, eager_s=eager_s)
 
 
 def _probe(*xs):
     return [x + 1 for x in xs]
 
 
-def dynamo_call_overhead(example_inputs) -> float:
+def dynamo_call_overhead(example_inputs, called_directly: bool = False) -> float:
     """Seconds a call of a compiled function with these inputs spends in Dynamo's frame and
-    guards beyond a call Dynamo skips (its guards check each tensor input, so the cost grows
-    with their number and ranks: 15 µs for one, 21 µs for three on a 2-core CPU VM)."""
+    guards beyond a call Dynamo skips, or (``called_directly``) beyond a plain call (its
+    guards check each tensor input, so the cost grows with their number and ranks: 15-20 µs
+    beyond a skip, 25-35 µs beyond a plain call, for three tensors on a 2-core CPU VM)."""
     ranks = tuple(x.dim() for x in example_inputs if isinstance(x, torch.Tensor))
-    return _calibrated_overhead(ranks or (0,))
+    return _calibrated_overhead(ranks or (0,), called_directly)
+
+
+def module_calls(gm: fx.GraphModule) -> int:
+    """How many module calls the graph inlined (the innermost module of each node)."""
+    return len({next(reversed(n.meta["nn_module_stack"]))
+                for n in gm.graph.nodes if n.meta.get("nn_module_stack")})
 
 
 @functools.cache
-def _calibrated_overhead(ranks: tuple[int, ...]) -> float:
+def module_call_overhead() -> float:
+    """Seconds eager PyTorch spends in ``nn.Module.__call__`` and a ``forward``, measured
+    once per process on a module that does nothing."""
+    identity = torch.nn.Identity()
+    return max(0.0, _best_per_call(lambda: identity(None)) - _best_per_call(lambda: None))
+
+
+@functools.cache
+def _calibrated_overhead(ranks: tuple[int, ...], called_directly: bool) -> float:
     """Measured once per process and tensor ranks, on a function of tensors of those ranks
-    that does next to nothing (two tiny compiles)."""
+    that does next to nothing (two tiny compiles, or one and the function itself)."""
     def skip(gm, example_inputs):
         raise torch._dynamo.exc.SkipFrame("ollie: the skipped side of a calibration")
 
     xs = [torch.ones((1,) * r) for r in ranks]
     per_call = []
     for backend in (lambda gm, example_inputs: gm.forward, skip):
-        name = "ollie_probe_" + "_".join(map(str, ranks))
-        fn = torch.compile(own_code(_probe, name), backend=backend)
+        name = "ollie_probe_" + "_".join(map(str, ranks)) + ("_direct" if called_directly else "")
+        fn = _probe if called_directly and backend is skip else \
+            torch.compile(own_code(_probe, name), backend=backend)
         fn(*xs), fn(*xs)
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(200):
-                fn(*xs)
-            best = min(best, (time.perf_counter() - t0) / 200)
-        per_call.append(best)
+        per_call.append(_best_per_call(lambda: fn(*xs)))
     return max(0.0, per_call[0] - per_call[1])
+
+
+def _best_per_call(call, number: int = 200) -> float:
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            call()
+        best = min(best, (time.perf_counter() - t0) / number)
+    return best
 
 
 def own_code(fn, name: str | None = None):

@@ -45,7 +45,7 @@ def compile_with(backend, fn=elementwise):
 ])
 def test_the_faster_of_eager_and_compiled_runs(monkeypatch, compiled_s, eager_s, frame_s, runs):
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(compiled_s, eager_s))
-    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda _: frame_s)
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *_: frame_s)
     backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
     a, b = args()
     with torch.no_grad():
@@ -264,6 +264,29 @@ def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(mon
         for _ in range(2):
             assert torch.allclose(f(x), outer(x))  # called directly from now on
     assert f.backend.graphs == 1, f.backend.notes
+
+
+@pytest.mark.parametrize("per_module_s, runs", [(0.0, "runs eagerly"),
+                                                 (1e-6, "runs Inductor's compile")])
+def test_eager_is_charged_the_module_calls_the_graph_leaves_out(monkeypatch, per_module_s, runs):
+    # eager measured 1% faster; its three module calls cost 3 µs the captured graph leaves out
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-5, 0.99e-5))
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *_: 0.0)
+    monkeypatch.setattr(eager_or_compiled, "module_call_overhead", lambda: per_module_s)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+
+    def two_linears(x):
+        return model(x)
+
+    seen = []
+    real = eager_or_compiled.module_calls
+    monkeypatch.setattr(eager_or_compiled, "module_calls",
+                        lambda gm: seen.append(real(gm)) or seen[-1])
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        assert torch.allclose(compile_with(backend, two_linears)(x), model(x))
+    assert seen == [3] and any(runs in n for n in backend.notes), (seen, backend.notes)
 
 
 def test_a_graph_before_a_break_runs_eagerly_without_skipping_its_function(monkeypatch):
