@@ -58,6 +58,7 @@ class RegionReport:
     spread: float | None = None                       # the noise of that ratio (relative)
     remeasured: int = 0                               # times a noisy decision was re-measured
     size_range: str = ""                              # sizes the choice is guarded to
+    size_branch: bool = False                         # ... by a branch, not a guard
     allowed_error: float = 1e-4                       # how far a program may be from eager
 
     def cache_entry(self) -> dict:
@@ -115,7 +116,10 @@ class RegionReport:
                          f"{self.eager_s * 1e3:.3f} ms, derived {self.ollie_s * 1e3:.3f} ms "
                          f"({self.eager_s / self.ollie_s:.2f}×, {self.backend} backend)")
         lines.append(f"  decision: {self.decision}")
-        if self.size_range:
+        if self.size_range and self.size_branch:
+            lines.append(f"  runs where {self.size_range}: the original graph runs at other "
+                         "sizes, where it does fewer multiply-adds (a branch on the size)")
+        elif self.size_range:
             lines.append(f"  guarded to {self.size_range}: the other form does fewer "
                          "multiply-adds beyond (Dynamo compiles again there)")
         return "\n".join(lines)

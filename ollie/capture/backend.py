@@ -21,18 +21,19 @@ exceptions pass through.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import math
 import warnings
 from typing import Callable
 
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import eager_or_compiled, folding, graph_pass, rewrite, size_range
+from ollie.capture import eager_or_compiled, folding, graph_pass, rewrite, size_branches, \
+    size_range
 from ollie.capture.cache_identity import CacheIdentity
+from ollie.capture.size_branches import give_output_strides, real_computation, \
+    take_output_strides
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
@@ -40,9 +41,8 @@ from ollie.options import Options
 # Random ops draw exactly as in eager mode (dropout under a fixed seed gives eager's mask).
 INDUCTOR_CONFIG = {"fallback_random": True}
 
-# The cache key suffixes of a rewritten graph's eager-vs-compiled comparison ...
-EAGERLY = "-eagerly"
-ALTERNATIVE = "-substitutions-alone"  # ... and of the regions' rewrite against that
+# The cache key suffix of the regions' rewrite against the graph substitutions alone
+ALTERNATIVE = "-substitutions-alone"
 
 # A graph with symbolic sizes that runs eagerly is kept to sizes up to this factor of the
 # measured ones (``OllieBackend._run_eagerly``).
@@ -70,12 +70,16 @@ class OllieBackend:
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
         self.calls_skipped_directly = False  # a skipped function is called without Dynamo
+        self._direct_bounds: dict = {}  # sizes (symbol -> highest) where it is, this compile
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         if self.on_graph is not None:
             self.on_graph()
         self.graphs += 1
         number = self.graphs
+        self._direct_bounds = {}
+        self._whole_function = self.calls_skipped_directly and \
+            eager_or_compiled.whole_user_function(gm)
         reason = _unsupported(example_inputs)
         if reason:
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
@@ -98,6 +102,10 @@ class OllieBackend:
             raise
         except Exception as e:  # Ollie failed: Inductor's compile of the original graph
             return self._inductor_alone(gm, example_inputs, number, e)
+        if self._direct_bounds:  # a size branch runs the graph eagerly below some size
+            covered = eager_or_compiled.eager_sizes(gm, example_inputs, self._direct_bounds)
+            if covered:
+                self.eager_sizes.append(covered)
         return self._faster_of_eager(gm, compiled, example_inputs, number, stored)
 
     def _inductor_alone(self, gm, example_inputs, number: int, error: Exception):
@@ -132,7 +140,7 @@ class OllieBackend:
         else:
             store = cache.Cache(self.options.cache_dir) if self.options.cache else None
             try:
-                with _real_computation():
+                with real_computation():
                     choice = eager_or_compiled.choose(
                         gm, compiled, example_inputs, self.options.measure_cap_s, store,
                         self._choice_key(gm, example_inputs), self.calls_skipped_directly)
@@ -214,23 +222,28 @@ class OllieBackend:
             if not stored:
                 return compile_fx_inner(gm, example_inputs, **kwargs)
             if _kind(kwargs) == "inference":
-                return self._compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs,
-                                               report, key)
+                chosen = size_branches.compiled_or_eager(graph, inputs, kwargs, wrap,
+                                                         example_inputs, report, key,
+                                                         self.options)
+                return self._within_branch(gm, example_inputs, kwargs, chosen, report, key)
             return wrap(compile_fx_inner(graph, inputs, **kwargs))
         original = compile_fx_inner(gm, example_inputs, **kwargs)
-        strides = _take_output_strides()  # each compile reports its outputs' strides to AOT
+        strides = take_output_strides()  # each compile reports its outputs' strides to AOT
         rewritten = wrap(compile_fx_inner(graph, inputs, **kwargs))
-        with _real_computation():
+        with real_computation():
             report.adopted = graph_pass.compare(original, rewritten, example_inputs, report,
                                                 self.options, key)
         if report.adopted and _kind(kwargs) == "inference":
-            rewritten = self._compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs,
-                                                report, key, rewritten)
+            rewritten = size_branches.compiled_or_eager(graph, inputs, kwargs, wrap,
+                                                        example_inputs, report, key,
+                                                        self.options, rewritten)
+            rewritten = self._within_branch(gm, example_inputs, kwargs, rewritten, report, key,
+                                            original)
         self._announce(report)
         if report.adopted:
             return rewritten
-        _take_output_strides()
-        _give_output_strides(strides)
+        take_output_strides()
+        give_output_strides(strides)
         return original
 
     def _regions_or_substitutions(self, gm, new, example_inputs, report, kwargs):
@@ -243,56 +256,22 @@ class OllieBackend:
         scratch = graph_pass.GraphReport(report.title)
         alone = graph_pass.stored_comparison(key, scratch, self.options)
         if alone is None:
-            strides = _take_output_strides()
+            strides = take_output_strides()
             with_regions = compile_fx_inner(new, example_inputs, **kwargs)
-            _take_output_strides()  # each compile reports its outputs' strides to AOT
+            take_output_strides()  # each compile reports its outputs' strides to AOT
             without = compile_fx_inner(report.alternative, example_inputs, **kwargs)
-            _take_output_strides()
-            _give_output_strides(strides)
-            with _real_computation():
+            take_output_strides()
+            give_output_strides(strides)
+            with real_computation():
                 alone = graph_pass.compare(with_regions, without, example_inputs, scratch,
                                            self.options, key)
         return graph_pass.take_alternative(report) if alone else new
 
-    def _compiled_or_eager(self, graph, inputs, kwargs, wrap, example_inputs, report, key: str,
-                           compiled=None):
-        """The rewritten graph compiled, or run as it is (library calls), whichever ran
-        faster (measured, or stored from an earlier measurement): after a rewrite that leaves
-        few, large contractions (four convolutions merged into one), Inductor's kernels around
-        them may cost more than they fuse. With one size symbol the choice is made again at a
-        larger size; where it flips, each call picks by its size (``size_range.by_size``)."""
-        from torch._functorch.aot_autograd import make_boxed_func
-        from torch._inductor.compile_fx import compile_fx_inner
-
-        def compiled_once():
-            nonlocal compiled
-            if compiled is None:
-                compiled = wrap(compile_fx_inner(graph, inputs, **kwargs))
-            return compiled
-        eager = wrap(make_boxed_func(graph.forward))
-        lone = size_range.lone_symbol(example_inputs)
-        larger = size_range.larger_size(example_inputs, lone[0]) if lone else None
-        eagerly = []
-        for at in [None] + ([{lone[0]: larger}] if larger else []):
-            suffix = EAGERLY + (f"-at-{larger}" if at else "")
-            timing = graph_pass.GraphReport(report.title)
-            won = graph_pass.stored_comparison(key + suffix, timing, self.options)
-            if won is None:
-                with _real_computation():
-                    won = graph_pass.compare(compiled_once(), eager, example_inputs, timing,
-                                             self.options, key + suffix, at)
-            if at is None:
-                report.eager_timing = timing.timing
-            eagerly.append(won)
-        report.runs_eagerly = eagerly[0]
-        if len(set(eagerly)) == 1:
-            return eager if eagerly[0] else compiled_once()
-        symbol, where = lone
-        threshold = math.isqrt(size_range.hint(example_inputs, symbol) * larger)
-        report.by_size = f"{'uncompiled' if eagerly[1] else 'compiled'} where {symbol} > " \
-                         f"{threshold} (measured again at {larger})"
-        small, large = (eager, compiled_once()) if eagerly[0] else (compiled_once(), eager)
-        return size_range.by_size(small, large, where, threshold)
+    def _within_branch(self, gm, example_inputs, kwargs, chosen, report, key, original=None):
+        artifact, self._direct_bounds = size_branches.within_branch(
+            gm, example_inputs, kwargs, chosen, report, key, self.options,
+            self._whole_function, original)
+        return artifact
 
     def _plain(self, number: int, kind: str, gm, example_inputs):
         """AOTAutograd's compiler without Inductor: the (rewritten) graph runs as it is."""
@@ -306,7 +285,7 @@ class OllieBackend:
 
     def _rewrite(self, gm, example_inputs, title, decompositions, guard_sizes=False):
         try:
-            with _real_computation(), progress.progress(self.options.progress) as show:
+            with real_computation(), progress.progress(self.options.progress) as show:
                 new, report = graph_pass.rewrite_graph(gm, example_inputs, self.options, title,
                                                        decompositions, show, guard_sizes)
         except DYNAMO_CONTROL:
@@ -341,17 +320,6 @@ class OllieBackend:
             print(f"ollie: {note}")
         if warn:
             warnings.warn(f"ollie: {note}", OllieWarning, stacklevel=4)
-
-
-@contextlib.contextmanager
-def _real_computation():
-    """AOTAutograd calls its compilers with a fake mode active and Inductor with the Python
-    dispatcher on (a big mm then runs ~10× slower); Ollie's samples and timings need neither."""
-    from torch._dispatch.python import no_python_dispatcher
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily(), no_python_dispatcher():
-        yield
 
 
 def _with_folded_weights(new, example_inputs, kwargs: dict, report):
@@ -395,22 +363,6 @@ def _compile_without_inductor(gm, example_inputs, compiler):
         inference_compiler=functools.partial(compiler, "inference"),
         decompositions=_decompositions(), keep_inference_input_mutations=True,
     )(gm, example_inputs)
-
-
-def _take_output_strides() -> list | None:
-    """Empty the tracing context's record of output strides and return what it held."""
-    context = torch._guards.TracingContext.try_get()
-    if context is None or context.output_strides is None:
-        return None
-    taken = list(context.output_strides)
-    context.output_strides.clear()
-    return taken
-
-
-def _give_output_strides(strides: list | None) -> None:
-    context = torch._guards.TracingContext.try_get()
-    if strides is not None and context is not None and context.output_strides is not None:
-        context.output_strides.extend(strides)
 
 
 def _decompositions() -> dict:

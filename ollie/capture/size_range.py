@@ -115,6 +115,34 @@ def guard_near_hints(example_inputs, factor: int) -> dict[sympy.Symbol, int]:
     return held
 
 
+def one_branch(crossings: list) -> tuple | None:
+    """``(symbol, low, high)``: where the rewritten graph runs, when every crossing (bounds,
+    whether the other form is the original nodes) hands over to the original nodes on the
+    same side of the same symbol (the tightest bound); None otherwise."""
+    if not crossings or not all(against for _, against in crossings):
+        return None
+    bounds = [b for b, _ in crossings]
+    if len({s for s, _, _ in bounds}) != 1:
+        return None
+    lows = [low for _, low, high in bounds if low is not None and high is None]
+    highs = [high for _, low, high in bounds if high is not None and low is None]
+    if len(lows) == len(bounds):
+        return bounds[0][0], max(lows), None
+    if len(highs) == len(bounds):
+        return bounds[0][0], None, min(highs)
+    return None
+
+
+def outside(example_inputs, symbol: sympy.Symbol, low: int | None, high: int | None
+            ) -> int | None:
+    """A size outside ``low <= symbol <= high`` to measure the other side at: half the way
+    down from ``low``, or twice ``high`` (None when none is valid or small enough)."""
+    if low is not None:
+        return (low - 1) // 2 + 1 if low > 2 else None
+    value = 2 * high + 1
+    return value if value <= (larger_size(example_inputs, symbol) or 0) else None
+
+
 def describe(symbol, low: int | None, high: int | None) -> str:
     return " and ".join(([f"{symbol} >= {low}"] if low is not None else []) +
                         ([f"{symbol} <= {high}"] if high is not None else []))
@@ -142,6 +170,21 @@ def lone_symbol(example_inputs) -> tuple[sympy.Symbol, tuple[int, int | None]] |
     if len(symbols) != 1 or where is None:
         return None
     return where
+
+
+def carrier(example_inputs, symbol: sympy.Symbol) -> tuple[int, int | None] | None:
+    """Where a call carries ``symbol`` itself (input index, and dim, or None for an int)."""
+    for i, x in enumerate(example_inputs):
+        for d, size in enumerate(list(x.shape) if isinstance(x, torch.Tensor) else [x]):
+            if isinstance(size, torch.SymInt) and size.node.expr == symbol:
+                return i, d if isinstance(x, torch.Tensor) else None
+    return None
+
+
+def sizes(example_inputs) -> list:
+    """Every size of ``example_inputs`` (a tensor's dims, an int itself)."""
+    return [d for x in example_inputs
+            for d in (x.shape if isinstance(x, torch.Tensor) else [x])]
 
 
 def larger_size(example_inputs, symbol: sympy.Symbol) -> int | None:

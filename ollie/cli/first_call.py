@@ -50,8 +50,9 @@ def child(suite: str, case_name: str, variant: str) -> dict:
 
 
 def _spawn(suite: str, case: str, variant: str, caches: str) -> dict:
+    # Inductor's compile workers as the user's environment sets them (by default, a pool)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor"),
-           "OLLIE_CACHE_DIR": os.path.join(caches, "ollie"), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+           "OLLIE_CACHE_DIR": os.path.join(caches, "ollie")}
     result = subprocess.run([sys.executable, "-m", "ollie.cli.first_call", suite, case, variant],
                             capture_output=True, text=True, env=env, timeout=1800)
     if result.returncode != 0:

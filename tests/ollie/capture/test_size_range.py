@@ -1,6 +1,10 @@
-"""Choices over a size range: a chain whose best order flips inside a symbolic size's range is
-guarded to its side of the crossing, and compiled again on the other side."""
+"""Choices over a size range: a chain whose best order flips inside a symbolic size's range
+runs its rewrite on one side of the crossing and the original graph on the other (a branch on
+the size), or, where the original was kept, is guarded to its side and compiled again on the
+other."""
 from types import SimpleNamespace
+
+import pytest
 
 import sympy
 import torch
@@ -37,7 +41,7 @@ def chain(a, b, c):
     return (a @ b) @ c
 
 
-def test_the_chain_is_compiled_once_per_side_of_its_crossing():
+def test_a_chain_rewritten_above_its_crossing_branches_to_the_original_below_it():
     backend = OllieBackend(Options(cache=False, budget_s=1.0))
     f = torch.compile(chain, backend=backend)
     g = torch.Generator().manual_seed(0)
@@ -45,11 +49,51 @@ def test_the_chain_is_compiled_once_per_side_of_its_crossing():
     for rows in (512, 384, 32, 1024, 16, 256):
         a = torch.randn(rows, 512, generator=g)
         assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-2), rows
-    # static 512, then symbolic on each side of 64 rows: 1024, 16 and 256 compile nothing
-    assert backend.graphs == 3
-    large, small = (r.regions[0] for r in backend.reports[1:3])
-    assert large.kernel is not None and large.size_range.endswith(">= 64")
-    assert small.kernel is None and small.size_range.endswith("<= 64")
+    # static 512, then one symbolic graph: a (b c) from 64 rows, (a b) c below, no recompile
+    assert backend.graphs == 2, backend.notes
+    report = backend.reports[1]
+    region = report.regions[0]
+    assert region.kernel is not None and region.size_branch and \
+        region.size_range.endswith(">= 64")
+    assert "the original graph" in report.by_size and "< 64" in report.by_size
+
+
+def test_below_a_branch_that_runs_eagerly_optimize_calls_the_function_itself(monkeypatch):
+    from ollie.capture import graph_pass, size_branches
+    import ollie
+
+    measured = graph_pass.compare
+    monkeypatch.setattr(graph_pass, "compare", lambda *a, **k: True if size_branches.OUTSIDE
+                        in a[5] else measured(*a, **k))  # the original runs eagerly below
+    f = ollie.optimize(chain, cache=False, budget_s=1.0)
+    g = torch.Generator().manual_seed(0)
+    b, c = torch.randn(512, 512, generator=g), torch.randn(512, 64, generator=g)
+    with torch.no_grad():
+        for rows in (512, 384):
+            a = torch.randn(rows, 512, generator=g)
+            assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-2), rows
+        (sizes,) = f.backend.eager_sizes
+        assert sizes.holds((torch.randn(63, 512), b, c), {}) and \
+            not sizes.holds((torch.randn(64, 512), b, c), {})
+        monkeypatch.setattr(f, "_compiled", lambda *a: pytest.fail("went through Dynamo"))
+        a = torch.randn(16, 512, generator=g)
+        assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-2)
+    assert "ollie.optimize calls the function itself" in f.backend.reports[-1].by_size
+
+
+def test_a_chain_kept_below_its_crossing_is_guarded_there():
+    backend = OllieBackend(Options(cache=False, budget_s=1.0))
+    f = torch.compile(chain, backend=backend)
+    g = torch.Generator().manual_seed(0)
+    b, c = torch.randn(512, 512, generator=g), torch.randn(512, 64, generator=g)
+    for rows in (384, 32, 512, 16, 1024):
+        a = torch.randn(rows, 512, generator=g)
+        assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-2), rows
+    # static 384, symbolic at 32 keeping (a b) c up to 64 rows, symbolic again from 512
+    assert backend.graphs == 3, backend.notes
+    small, large = (r.regions[0] for r in backend.reports[1:3])
+    assert small.kernel is None and not small.size_branch and small.size_range.endswith("<= 64")
+    assert large.kernel is not None
 
 
 def symbolic_inputs(rows_hint=96):
@@ -86,11 +130,11 @@ def test_a_call_picks_by_its_size():
 
 def test_a_rewritten_graph_runs_compiled_or_uncompiled_by_size(monkeypatch):
     # measured faster compiled at the hint and uncompiled at the larger size
-    from ollie.capture import backend as backend_mod, graph_pass
+    from ollie.capture import graph_pass, size_branches
 
-    def decided(original, rewritten, example_inputs, report, options, key, at=None):
+    def decided(original, rewritten, example_inputs, report, options, key, at=None, charge=0.0):
         return key.endswith("-at-" + str(next(iter(at.values())))) if at else \
-            not key.endswith(backend_mod.EAGERLY)
+            not key.endswith(size_branches.EAGERLY)
     monkeypatch.setattr(graph_pass, "compare", decided)
     # (the whole graph's own eager-or-compiled choice is not under test: compiled)
     monkeypatch.setattr(OllieBackend, "_faster_of_eager", lambda self, gm, compiled, *a: compiled)

@@ -1,0 +1,140 @@
+"""Which artifact of an inference graph runs at which size.
+
+A rewritten graph runs compiled or as it is (library calls), whichever was measured faster;
+with one size symbol the choice is measured again at a larger size and, where it flips, each
+call picks by its size. Where a region's rewrite does more multiply-adds than the original on
+one side of a size (``size_range.one_branch``), the original graph runs there, compiled or as
+it is, again by measurement: a branch on the size, so that no size compiles again. Plus the
+plumbing for compiling and timing inside AOTAutograd's compilers.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from ollie.capture import eager_or_compiled, graph_pass, size_range
+
+# The cache key suffixes of a rewritten graph's eager-vs-compiled comparison, and of the
+# original graph's outside a size branch
+EAGERLY = "-eagerly"
+OUTSIDE = "-outside-branch"
+
+
+def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: str, options,
+                      compiled=None):
+    """The rewritten graph compiled, or run as it is (library calls), whichever ran
+    faster (measured, or stored from an earlier measurement): after a rewrite that leaves
+    few, large contractions (four convolutions merged into one), Inductor's kernels around
+    them may cost more than they fuse. With one size symbol the choice is made again at a
+    larger size; where it flips, each call picks by its size (``size_range.by_size``)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    def compiled_once():
+        nonlocal compiled
+        if compiled is None:
+            compiled = wrap(compile_fx_inner(graph, inputs, **kwargs))
+        return compiled
+    eager = wrap(make_boxed_func(graph.forward))
+    lone = size_range.lone_symbol(example_inputs)
+    larger = size_range.larger_size(example_inputs, lone[0]) if lone else None
+    eagerly = []
+    for at in [None] + ([{lone[0]: larger}] if larger else []):
+        suffix = EAGERLY + (f"-at-{larger}" if at else "")
+        timing = graph_pass.GraphReport(report.title)
+        won = graph_pass.stored_comparison(key + suffix, timing, options)
+        if won is None:
+            with real_computation():
+                won = graph_pass.compare(compiled_once(), eager, example_inputs, timing,
+                                         options, key + suffix, at)
+        if at is None:
+            report.eager_timing = timing.timing
+        eagerly.append(won)
+    report.runs_eagerly = eagerly[0]
+    if len(set(eagerly)) == 1:
+        return eager if eagerly[0] else compiled_once()
+    symbol, where = lone
+    threshold = math.isqrt(size_range.hint(example_inputs, symbol) * larger)
+    report.by_size = f"{'uncompiled' if eagerly[1] else 'compiled'} where {symbol} > " \
+                     f"{threshold} (measured again at {larger})"
+    small, large = (eager, compiled_once()) if eagerly[0] else (compiled_once(), eager)
+    return size_range.by_size(small, large, where, threshold)
+
+
+def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
+                  whole_function: bool, original=None) -> tuple:
+    """``(artifact, direct)``: ``chosen`` (the rewritten graph's artifact) at the sizes of
+    the report's branch; outside them, the original graph, compiled or as it is, whichever ran
+    faster at a size there (``size_range.outside``). A branch on the size: no size compiles
+    again. ``direct``: the sizes (symbol -> highest) where the original runs as it is and
+    ``ollie.optimize`` may call the function itself (``whole_function``), or {}."""
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    if report.size_branch is None:
+        return chosen, {}
+    symbol, low, high = report.size_branch
+    where = size_range.carrier(example_inputs, symbol)
+    if where is None:  # no argument carries the size: Dynamo's guard keeps the range
+        size_range.guard(symbol, low, high, size_range.sizes(example_inputs))
+        return chosen, {}
+    if original is None:
+        strides = take_output_strides()  # the rewritten graph's are the ones reported
+        original = compile_fx_inner(gm, example_inputs, **kwargs)
+        take_output_strides()
+        give_output_strides(strides)
+    other, at = original, size_range.outside(example_inputs, symbol, low, high)
+    direct_sizes = {}
+    # below the branch, ollie.optimize can call a whole function itself, without Dynamo
+    direct = whole_function and low is not None
+    if at is not None:
+        suffix = f"{OUTSIDE}-at-{at}" + ("-called-directly" if direct else "")
+        timing = graph_pass.GraphReport(report.title)
+        won = graph_pass.stored_comparison(key + suffix, timing, options)
+        eager = make_boxed_func(gm.forward)
+        if won is None:
+            frame = eager_or_compiled.dynamo_call_overhead(example_inputs, True) \
+                if direct else 0.0
+            with real_computation():
+                won = graph_pass.compare(original, eager, example_inputs, timing,
+                                         options, key + suffix, {symbol: at}, frame)
+        other = eager if won else original
+        if won and direct:
+            direct_sizes = {symbol: low - 1}
+    runs = "the original graph" + (", uncompiled," if other is not original else "") + \
+        f" where {symbol} " + (f"< {low}" if low is not None else f"> {high}") + \
+        " (fewer multiply-adds there)" + \
+        ("; ollie.optimize calls the function itself there" if direct_sizes else "")
+    report.by_size = "; ".join(filter(None, [report.by_size, runs]))
+    if low is not None:
+        return size_range.by_size(other, chosen, where, low - 1), direct_sizes
+    return size_range.by_size(chosen, other, where, high), direct_sizes
+
+
+@contextlib.contextmanager
+def real_computation():
+    """AOTAutograd calls its compilers with a fake mode active and Inductor with the Python
+    dispatcher on (a big mm then runs ~10× slower); Ollie's samples and timings need neither."""
+    from torch._dispatch.python import no_python_dispatcher
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), no_python_dispatcher():
+        yield
+
+
+def take_output_strides() -> list | None:
+    """Empty the tracing context's record of output strides and return what it held."""
+    context = torch._guards.TracingContext.try_get()
+    if context is None or context.output_strides is None:
+        return None
+    taken = list(context.output_strides)
+    context.output_strides.clear()
+    return taken
+
+
+def give_output_strides(strides: list | None) -> None:
+    context = torch._guards.TracingContext.try_get()
+    if strides is not None and context is not None and context.output_strides is not None:
+        context.output_strides.extend(strides)
