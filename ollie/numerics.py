@@ -17,17 +17,19 @@ MAX_SLACK = 100
 
 
 def allowed_error(expected: torch.Tensor, exact: torch.Tensor | None) -> float:
-    """How far a reordered computation may be from ``expected`` (the original's value):
-    the dtype's tolerance, or a few times the original's own rounding error (its distance
-    from ``exact``, the same computation in float64) where that is larger. A sum with
-    cancellation, read through a function that does not shrink its error (``tanh`` near
-    zero), rounds as much in any order; its error is relative to the summands, which the
-    output's scale does not show. An algebraic mistake is far larger than either."""
+    """How far a reordered computation may be from ``expected`` (the original's value).
+    It may be as far from ``exact`` (the same computation in float64) as the dtype's
+    tolerance, or a few times the original's own rounding error where that is larger; from
+    ``expected``, then, that much plus the original's own error (the triangle inequality:
+    the two round in different places). A sum with cancellation, read through a function that
+    does not shrink its error (``tanh`` near zero), rounds as much in any order; its error is
+    relative to the summands, which the output's scale does not show. An algebraic mistake is
+    far larger than either."""
     base = tolerance(expected.dtype)
     if exact is None or expected.dtype == torch.float64:
         return base
     own = max_relative_error(expected, exact)
-    return min(max(base, REASSOCIATION_SLACK * own), MAX_SLACK * base)
+    return min(max(base, REASSOCIATION_SLACK * own) + own, MAX_SLACK * base)
 
 
 def max_relative_error(out, ref: torch.Tensor) -> float:

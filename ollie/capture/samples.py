@@ -10,6 +10,8 @@ import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+SEED = 0  # of every draw of sample inputs
+
 
 def concrete(value, at: dict | None = None):
     """An int for a SymInt (its hint, or its value where the size symbols in ``at`` take
@@ -28,8 +30,10 @@ def concrete(value, at: dict | None = None):
 
 def sample_like(example_inputs, at: dict | None = None) -> list:
     """Real inputs shaped like the example inputs (at the sizes ``at`` gives some size
-    symbols): normal floats, random bools, zero integers (0 is valid wherever an index is)."""
-    out = []
+    symbols): normal floats, random bools, zero integers (0 is valid wherever an index is).
+    Drawn from a generator of Ollie's own, seeded alike every time: Ollie's choices on a graph
+    do not depend on where the program's random state happens to be."""
+    out, generators = [], {}
     for x in example_inputs:
         if not isinstance(x, torch.Tensor):
             out.append(concrete(x, at))
@@ -37,10 +41,12 @@ def sample_like(example_inputs, at: dict | None = None) -> list:
         t = torch.empty_strided(tuple(concrete(d, at) for d in x.shape),
                                 tuple(concrete(d, at) for d in x.stride()),
                                 dtype=x.dtype, device=x.device)
+        if x.device not in generators:
+            generators[x.device] = torch.Generator(device=x.device).manual_seed(SEED)
         if x.dtype.is_floating_point or x.dtype.is_complex:
-            t.normal_()
+            t.normal_(generator=generators[x.device])
         elif x.dtype == torch.bool:
-            t.copy_(torch.rand(t.shape, device=x.device) < 0.5)
+            t.copy_(torch.rand(t.shape, device=x.device, generator=generators[x.device]) < 0.5)
         else:
             t.zero_()
         out.append(t)

@@ -18,6 +18,26 @@ def test_the_allowance_grows_with_the_originals_own_rounding_error():
         <= allowed_error(expected, exact)
 
 
+def test_an_order_as_accurate_as_allowed_on_the_other_side_of_the_exact_value_is_admitted():
+    from ollie.numerics import REASSOCIATION_SLACK
+    exact = torch.linspace(-0.5, 0.5, 11, dtype=torch.float64)
+    expected = (exact + 1e-4).float()
+    reordered = (exact - REASSOCIATION_SLACK * 0.99e-4).float()  # allowed off exact, not eager
+    assert max_relative_error(reordered, expected) > REASSOCIATION_SLACK * 1e-4
+    assert max_relative_error(reordered, expected) <= allowed_error(expected, exact)
+
+
+def test_sample_inputs_do_not_depend_on_the_programs_random_state():
+    from ollie.capture.samples import sample_like
+    fakes = [torch.empty(3, 4), torch.empty(5, dtype=torch.bool)]
+    torch.manual_seed(1)
+    first = sample_like(fakes)
+    torch.manual_seed(2)
+    again = sample_like(fakes)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[0][0], first[0][1])  # yet random within a draw
+
+
 def test_the_allowance_never_admits_an_algebraic_mistake():
     expected = torch.randn(100)
     exact = expected.double() + 1.0  # an original as wrong as it gets
