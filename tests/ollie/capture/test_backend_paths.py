@@ -38,9 +38,8 @@ def compile_with(backend, fn=elementwise):
 @pytest.mark.parametrize("compiled_s, eager_s, frame_s, runs", [
     (2e-3, 1e-3, 0.0, "runs eagerly (library calls)"),      # eager clearly faster
     (0.98e-3, 1e-3, 0.0, "runs Inductor's compile"),        # compiled faster
-    # eager lets Dynamo skip a whole function: a tie goes to eager, and compiled pays
-    # Dynamo's frame on every call
-    (1e-3, 0.99e-3, 0.0, "runs eagerly"),
+    (1e-3, 0.99e-3, 0.0, "runs Inductor's compile"),        # a tie is noise
+    # eager lets Dynamo skip a whole function: compiled pays Dynamo's frame on every call
     (1e-4, 1.2e-4, 3e-5, "runs eagerly"),
 ])
 def test_the_faster_of_eager_and_compiled_runs(monkeypatch, compiled_s, eager_s, frame_s, runs):
@@ -269,8 +268,8 @@ def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(mon
 @pytest.mark.parametrize("per_module_s, runs", [(0.0, "runs eagerly"),
                                                  (1e-6, "runs Inductor's compile")])
 def test_eager_is_charged_the_module_calls_the_graph_leaves_out(monkeypatch, per_module_s, runs):
-    # eager measured 1% faster; its three module calls cost 3 µs the captured graph leaves out
-    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-5, 0.99e-5))
+    # eager measured 10% faster; its three module calls cost 3 µs the captured graph leaves out
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-5, 0.9e-5))
     monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *_: 0.0)
     monkeypatch.setattr(eager_or_compiled, "module_call_overhead", lambda: per_module_s)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
