@@ -343,7 +343,8 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
     meaningful, and the spread of those ratios is the noise of the decision. A round times
     each in a block of back-to-back calls of at least ``BLOCK_S``, as a program calls them
     (alternating single calls would make each pay for what the other left behind: another
-    runtime's spinning threads, evicted caches); the times are per call.
+    runtime's spinning threads, evicted caches), first one side, then the other; the times
+    are per call.
 
     ``min_rounds`` are timed while the budget lasts; timing stops sooner once the best times
     differ by more than ``clear`` times either way (after 3 rounds: no adoption threshold lies
@@ -357,8 +358,10 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
     te: list[float] = []
     to: list[float] = []
     start = time.perf_counter()
+    sides = [(eager, te, calls[0]), (ollie, to, calls[1])]
     while len(te) < max_rounds:
-        for fn, ts, n in ((eager, te, calls[0]), (ollie, to, calls[1])):
+        sides.reverse()  # each side follows the other as often: no carried-over cost favours one
+        for fn, ts, n in sides:
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
