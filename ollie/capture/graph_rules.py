@@ -80,30 +80,33 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
         return None, []
     from ollie.capture import affine_fold, rewrite
     new, _ = rewrite.copy_graph(gm)
-    applied = []
+    applied, unfinished = [], 0  # views merged since the last finish
     for _ in range(MAX_ROUNDS):
-        _merge_duplicate_views(new.graph)
+        unfinished += _merge_duplicate_views(new.graph)
         done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph) + \
             tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)
         if not done:
             break
         applied += done
         rewrite.finish(new, example_inputs)  # fresh meta["val"] for the next round's matches
+        unfinished = 0
     if not applied:
         return None, []
-    _keep_output_layouts(gm, new)
-    rewrite.finish(new, example_inputs)
+    if _keep_output_layouts(gm, new) + unfinished:  # (a whole-graph finish costs ~0.5 s)
+        rewrite.finish(new, example_inputs)
     return new, applied
 
 
-def _keep_output_layouts(gm: fx.GraphModule, new: fx.GraphModule) -> None:
+def _keep_output_layouts(gm: fx.GraphModule, new: fx.GraphModule) -> int:
     """Outputs laid out as before: a piece of a merged result is a strided slice, where the
-    original output (a user's value, or a tensor a backward graph saved) was contiguous."""
+    original output (a user's value, or a tensor a backward graph saved) was contiguous.
+    How many outputs are copied so."""
     from ollie.capture.rewrite import same_layout
     before = gm.graph.output_node().args[0]
     output = new.graph.output_node()
     single = isinstance(before, fx.Node)
     before, after = ([before], [output.args[0]]) if single else (before, list(output.args[0]))
+    copied = 0
     for i, (a, b) in enumerate(zip(before, after)):
         if not isinstance(b, fx.Node) or not isinstance(b.meta.get("val"), torch.Tensor) or \
                 same_layout(b.meta["val"], a.meta["val"]):
@@ -113,7 +116,9 @@ def _keep_output_layouts(gm: fx.GraphModule, new: fx.GraphModule) -> None:
         with new.graph.inserting_before(output):
             after[i] = new.graph.call_function(aten.clone.default, (b,),
                                                {"memory_format": torch.contiguous_format})
+            copied += 1
     output.args = (after[0] if single else type(output.args[0])(after),)
+    return copied
 
 
 def _unsuitable(gm: fx.GraphModule) -> bool:
@@ -263,10 +268,12 @@ def _concat(graph: fx.Graph, operands: list, dim: int) -> fx.Node:
     return tilings.simplified_cat(graph, node, ON) or node
 
 
-def _merge_duplicate_views(graph: fx.Graph) -> None:
+def _merge_duplicate_views(graph: fx.Graph) -> int:
     """One node per distinct view (AOTAutograd writes ``permute(W)`` once per use of a
-    linear's weight), so that contractions reading one view are seen to share it."""
+    linear's weight), so that contractions reading one view are seen to share it; how many
+    were merged."""
     seen: dict[tuple, fx.Node] = {}
+    merged = 0
     for n in list(graph.nodes):
         if n.op != "call_function" or not (aten_table.is_view(n.target) or
                                             n.target == operator.getitem):
@@ -275,8 +282,10 @@ def _merge_duplicate_views(graph: fx.Graph) -> None:
         if key in seen:
             n.replace_all_uses_with(seen[key])
             graph.erase_node(n)
+            merged += 1
         else:
             seen[key] = n
+    return merged
 
 
 def _hashable(value):
