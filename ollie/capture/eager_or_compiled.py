@@ -181,9 +181,9 @@ def stored(store: cache.Cache | None, k: str) -> Choice | None:
 def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
            store: cache.Cache | None, k: str, called_directly: bool = False) -> Choice:
     """Time ``gm`` itself against ``compiled`` (the baseline) on sample inputs; eager runs
-    only when it is faster by the margin (a graph of milliseconds measures a few percent
-    apart from one run to the next). Where eager would let Dynamo skip the function (a whole
-    function at static sizes), each side is first charged the Python the timing leaves out:
+    only when it leads by more than the comparison's noise (``eager_margin``). Where eager
+    would let Dynamo skip the function (a whole function at static sizes), each side is
+    first charged the Python the timing leaves out:
     the compiled side Dynamo's frame and guards on every call (``called_directly``:
     ``ollie.optimize`` then calls the function itself, without torch.compile's wrapper
     either), the eager side the calls of the modules it runs."""
@@ -196,12 +196,22 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     if skippable:
         compiled_s += dynamo_call_overhead(example_inputs, called_directly)
         eager_s += module_calls(gm) * module_call_overhead()
-    runs = EAGER if eager_s <= compiled_s * ADOPTION_MARGIN else COMPILED
+    margin = eager_margin(timing.spread)
+    runs = EAGER if eager_s <= compiled_s * margin else COMPILED
     if store is not None:
-        store.put(k, {"decision": runs, "margin": ADOPTION_MARGIN, "remeasured": 0,
+        store.put(k, {"decision": runs, "margin": margin, "remeasured": 0,
                       **timing.entry_fields(), "eager_s": compiled_s, "ollie_s": eager_s,
                       "speedup": compiled_s / eager_s})
     return Choice(runs, compiled_s=compiled_s, eager_s=eager_s)
+
+
+def eager_margin(spread: float) -> float:
+    """How much faster eager must run to replace the compiled graph: by more than the noise
+    of the comparison (twice its spread, and at least ``NOISE_FLOOR``), and never by more
+    than the adoption margin asks. Both are torch's own programs, so a clear lead of 3 %
+    counts, and a graph that measures a few percent apart between runs (a BERT stack's
+    9 ms) needs its 5 %."""
+    return 1 - min(1 - ADOPTION_MARGIN, max(cache_entry.NOISE_FLOOR, 2 * spread))
 
 
 def _probe(*xs):

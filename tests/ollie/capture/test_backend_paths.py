@@ -265,6 +265,19 @@ def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(mon
     assert f.backend.graphs == 1, f.backend.notes
 
 
+@pytest.mark.parametrize("spread, runs", [(0.0, "runs eagerly"),
+                                          (0.03, "runs Inductor's compile")])
+def test_eager_needs_a_lead_beyond_the_noise_of_its_comparison(monkeypatch, spread, runs):
+    lead = measure.Comparison(1e-3, 0.96e-3, 1e-3 / 0.96e-3, spread, 5)  # eager 4% faster
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: lead)
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *_: 0.0)
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    with torch.no_grad():
+        assert torch.allclose(compile_with(backend)(a, b), elementwise(a, b))
+    assert any(runs in n for n in backend.notes), backend.notes
+
+
 @pytest.mark.parametrize("per_module_s, runs", [(0.0, "runs eagerly"),
                                                  (1e-6, "runs Inductor's compile")])
 def test_eager_is_charged_the_module_calls_the_graph_leaves_out(monkeypatch, per_module_s, runs):
