@@ -83,12 +83,12 @@ class _GraphBreaks:
 class OptimizedFunction(functools.partial):
     """``fn`` compiled by ``torch.compile`` with an Ollie backend of its own.
 
-    A ``functools.partial`` whose target changes once: while Dynamo compiles, a call goes
-    through ``_compiled_call`` while Dynamo compiles. Once a call compiles nothing, the target is
-    torch.compile's own function: nothing of Ollie's runs on the call path (every Python frame
-    added cost 0.5-1 µs after a large kernel had left the caches cold) until the backend is
-    handed another graph. Once eager PyTorch is known to run ``fn`` faster, the target is ``fn``
-    itself (0.1 µs a call, against 0.5 µs through a Python ``__call__``)."""
+    A ``functools.partial`` whose target changes: while Dynamo compiles, a call goes through
+    ``_compiled_call``. Once a call compiles nothing, the target is torch.compile's own
+    function: nothing of Ollie's runs on the call path (every Python frame added 0.5-1 µs
+    after a large kernel had left the caches cold) until the backend is handed another graph.
+    Once eager PyTorch is known to run ``fn`` faster, the target is ``fn`` itself (0.1 µs a
+    call, against 0.5 µs through a Python ``__call__``)."""
 
     def __new__(cls, fn: Callable, options: Options, dynamic: bool | None = None):
         return super().__new__(cls, fn)  # the call target is set in __init__

@@ -70,7 +70,9 @@ class OllieBackend:
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
         self.calls_skipped_directly = False  # a skipped function is called without Dynamo
-        self._direct_bounds: dict = {}  # sizes (symbol -> highest) where it is, this compile
+        # this compile: whether its graph is a whole function of the user's (and so may be
+        # called without Dynamo), and the sizes (symbol -> highest) where it runs eagerly
+        self._whole_function, self._direct_bounds = False, {}
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         if self.on_graph is not None:

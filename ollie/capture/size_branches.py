@@ -48,7 +48,7 @@ def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: 
         if won is None:
             with real_computation():
                 won = graph_pass.compare(compiled_once(), eager, example_inputs, timing,
-                                         options, key + suffix, at)
+                                         options, key + suffix, at, eagerly=True)
         if at is None:
             report.eager_timing = timing.timing
         eagerly.append(won)
@@ -99,7 +99,8 @@ def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
                 if direct else 0.0
             with real_computation():
                 won = graph_pass.compare(original, eager, example_inputs, timing,
-                                         options, key + suffix, {symbol: at}, frame)
+                                         options, key + suffix, {symbol: at}, eagerly=True,
+                                         charge=frame)
         other = eager if won else original
         if won and direct:
             direct_sizes = {symbol: low - 1}

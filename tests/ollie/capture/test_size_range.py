@@ -132,7 +132,7 @@ def test_a_rewritten_graph_runs_compiled_or_uncompiled_by_size(monkeypatch):
     # measured faster compiled at the hint and uncompiled at the larger size
     from ollie.capture import graph_pass, size_branches
 
-    def decided(original, rewritten, example_inputs, report, options, key, at=None, charge=0.0):
+    def decided(original, rewritten, example_inputs, report, options, key, at=None, **_):
         return key.endswith("-at-" + str(next(iter(at.values())))) if at else \
             not key.endswith(size_branches.EAGERLY)
     monkeypatch.setattr(graph_pass, "compare", decided)
