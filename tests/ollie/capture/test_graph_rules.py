@@ -212,7 +212,8 @@ def test_a_rewritten_graph_chosen_to_run_uncompiled_runs_with_its_folded_weights
     from ollie.capture import graph_pass
     keys = []
 
-    def every_rewrite_wins(original, rewritten, example_inputs, report, options, key, at=None):
+    def every_rewrite_wins(original, rewritten, example_inputs, report, options, key, at=None,
+                           **_):
         keys.append(key)
         report.timing = (2.0, 1.0)
         return True
