@@ -8,9 +8,12 @@ Here the chosen form and its alternative (the original nodes, or the best derive
 when the original was kept) are traced with symbolic sizes and their multiply-adds counted
 with torch's flop formulas, as polynomials in the graph's size symbols. Where the count agrees
 with the measurement at the hints and the polynomials cross inside the symbol's range, the
-graph is guarded to the hints' side of the crossing (``s >= k`` or ``s <= k``): Dynamo keeps
-those guards with the compiled graph and compiles again on the other side, where Ollie
-chooses again, by measurement. A choice that holds over the whole range adds no guard, so a
+chosen form holds on the hints' side of the crossing (``s >= k`` or ``s <= k``). Where every
+crossing hands a region back to its original nodes on one side of one symbol, that side runs
+the original graph, picked per call by the size (``one_branch``, then
+``ollie.capture.size_branches``). Otherwise the graph is guarded to the hints' side: Dynamo
+keeps those guards with the compiled graph and compiles again on the other side, where Ollie
+chooses again, by measurement. A choice that holds over the whole range adds neither, so a
 graph without a crossing is compiled once, as torch.compile compiles it.
 
 Only one-symbol crossings of inference graphs are guarded: a backward graph is compiled after
