@@ -79,8 +79,9 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                   decompositions: dict, show, guard_sizes: bool = False
                   ) -> tuple[fx.GraphModule | None, GraphReport]:
     """The rewritten copy of ``gm`` (None when no region was adopted) and the report. With
-    ``guard_sizes``, a graph with symbolic sizes is guarded to the size range where each
-    region's choice holds (``ollie.capture.size_range``)."""
+    ``guard_sizes``, a graph with symbolic sizes is kept to the size range where each
+    region's choice holds: by a branch to the original graph (``report.size_branch``, which
+    the backend builds) or by guards (``ollie.capture.size_range``)."""
     report = GraphReport(title)
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
     translation = regions_mod.translate(gm)
