@@ -43,11 +43,12 @@ class _GraphBreaks:
         self._frames_seen = -1
         self._before: list[dict] = []
         if not _GraphBreaks._at_compile_start:  # once per process
-            _GraphBreaks._at_compile_start = self.snapshot()
-            torch._dynamo.callback_handler.register_start_callback(self._compile_starts)
+            _GraphBreaks._compile_starts(None)
+            torch._dynamo.callback_handler.register_start_callback(_GraphBreaks._compile_starts)
 
-    def _compile_starts(self, _args) -> None:
-        _GraphBreaks._at_compile_start = self.snapshot()
+    @staticmethod
+    def _compile_starts(_args) -> None:
+        _GraphBreaks._at_compile_start = _GraphBreaks.snapshot()
 
     def before_call(self) -> int:
         frames = self.frames["total"]
@@ -70,8 +71,10 @@ class _GraphBreaks:
         _GraphBreaks._at_compile_start = self.snapshot()
         self._frames_seen = -1
 
-    def snapshot(self) -> list[dict]:
-        return [dict(c) for c in self.counters]
+    @staticmethod
+    def snapshot() -> list[dict]:
+        from torch._dynamo.utils import counters
+        return [dict(counters[k]) for k in _GraphBreaks.KINDS]
 
     def record(self, before: list[dict]) -> None:
         for counter, old in zip(self.counters, before):
