@@ -8,9 +8,9 @@ listed are allowed (a newer Ollie may add some), as long as they are plain JSON.
 
 Noise. A decision measured on a loaded machine would otherwise be kept forever. An entry
 records the ratio the decision used (``speedup``: eager time over Ollie's, the median of the
-per-round ratios) and the spread of that ratio over the interleaved rounds (``spread``, relative: half the
-inter-quartile range of the per-round ratios over their median; ``measure.compare`` computes
-both). ``within_noise`` tells whether the adoption threshold lies within that spread, that
+per-round ratios) and the spread of that ratio over the interleaved rounds (``spread``,
+relative: half the inter-quartile range of the per-round ratios over their median;
+``measure.compare`` computes both). ``within_noise`` tells whether the adoption threshold lies within that spread, that
 is whether the same machine might as well have decided the other way; such a decision is
 measured again once (``remeasured`` counts it), by ``ollie tune`` or a later first call.
 """

@@ -183,10 +183,10 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     """Time ``gm`` itself against ``compiled`` (the baseline) on sample inputs; eager runs
     only when it leads by more than the comparison's noise (``eager_margin``). Where eager
     would let Dynamo skip the function (a whole function at static sizes), each side is
-    first charged the Python the timing leaves out:
-    the compiled side Dynamo's frame and guards on every call (``called_directly``:
-    ``ollie.optimize`` then calls the function itself, without torch.compile's wrapper
-    either), the eager side the calls of the modules it runs."""
+    first charged the Python the timing leaves out: the compiled side Dynamo's frame and
+    guards on every call (``called_directly``: ``ollie.optimize`` then calls the function
+    itself, without torch.compile's wrapper either), the eager side the calls of the modules
+    it runs."""
     inputs = sample_like(example_inputs)
     skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -249,11 +249,12 @@ def _calibrated_overhead(ranks: tuple[int, ...], called_directly: bool) -> float
         raise torch._dynamo.exc.SkipFrame("ollie: the skipped side of a calibration")
 
     xs = [torch.ones((1,) * r) for r in ranks]
+    name = "ollie_probe_" + "_".join(map(str, ranks))
+    traced = torch.compile(own_code(_probe, name), backend=lambda gm, example_inputs: gm.forward)
+    baseline = _probe if called_directly else \
+        torch.compile(own_code(_probe, name + "_skipped"), backend=skip)
     per_call = []
-    for backend in (lambda gm, example_inputs: gm.forward, skip):
-        name = "ollie_probe_" + "_".join(map(str, ranks)) + ("_direct" if called_directly else "")
-        fn = _probe if called_directly and backend is skip else \
-            torch.compile(own_code(_probe, name), backend=backend)
+    for fn in (traced, baseline):
         fn(*xs), fn(*xs)
         per_call.append(_best_per_call(lambda: fn(*xs)))
     return max(0.0, per_call[0] - per_call[1])

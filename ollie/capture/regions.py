@@ -190,8 +190,8 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
 
     Derivations pay off where the reductions' iteration spaces are much larger than the data
     the region reads (contractions, possibly in disguise: a matmul, a conv, a broadcast
-    product summed away, a loop of matrix-vector products): that is where contraction orders, distributivity and the EinNet forms change the
-    work. Elementwise chains and plain reductions are left to Inductor, which fuses them into
+    product summed away, a loop of matrix-vector products): that is where contraction
+    orders, distributivity and the EinNet forms change the work. Elementwise chains and plain reductions are left to Inductor, which fuses them into
     one loop anyway. And a lone library operator over plain operands is already what the
     library does best on a CPU (measured: conv, conv transpose and dilated conv keep the
     library call there), so it is left too; on a GPU EinNet's single-operator rewrites
