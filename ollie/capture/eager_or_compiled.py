@@ -193,10 +193,13 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)
     compiled_s, eager_s = timing.eager_median, timing.ollie_median
-    if skippable:
-        compiled_s += dynamo_call_overhead(example_inputs, called_directly)
-        eager_s += module_calls(gm) * module_call_overhead()
     margin = eager_margin(timing.spread)
+    if skippable:
+        eager_s += module_calls(gm) * module_call_overhead()
+        # calibrating the frame costs a compile and thousands of calls: only where it can
+        # change the choice
+        if compiled_s * margin < eager_s <= (compiled_s + frame_bound(example_inputs)) * margin:
+            compiled_s += dynamo_call_overhead(example_inputs, called_directly)
     runs = EAGER if eager_s <= compiled_s * margin else COMPILED
     if store is not None:
         store.put(k, {"decision": runs, "margin": margin, "remeasured": 0,
@@ -215,7 +218,13 @@ def eager_margin(spread: float) -> float:
 
 
 def _probe(*xs):
-    return [x + 1 for x in xs]
+    return torch._foreach_add(xs, 1)  # one library call: the guards are what it measures
+
+
+def frame_bound(example_inputs) -> float:
+    """An upper bound on ``dynamo_call_overhead``, free to compute: 50 µs and 1 µs per tensor
+    input (measured: 29 µs for 3 tensors, 75 µs for 100, 214 µs for 300)."""
+    return 50e-6 + 1e-6 * sum(isinstance(x, torch.Tensor) for x in example_inputs)
 
 
 def dynamo_call_overhead(example_inputs, called_directly: bool = False) -> float:

@@ -334,6 +334,9 @@ class Comparison:
 
 
 BLOCK_S = 5e-3  # a timed block of back-to-back calls lasts at least this long
+# every round this far apart, one side ahead in each: no decision's threshold (all lie within
+# 5 % of a tie, ``cache_entry.ADOPTION_MARGIN``) is near, more rounds would not move it
+SETTLED, SETTLED_ROUNDS = 1.10, 6
 
 
 def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float = 0.5,
@@ -348,7 +351,8 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
 
     ``min_rounds`` are timed while the budget lasts; timing stops sooner once the best times
     differ by more than ``clear`` times either way (after 3 rounds: no adoption threshold lies
-    near such a ratio), and never before 2 rounds, however slow the calls."""
+    near such a ratio) or once ``SETTLED_ROUNDS`` rounds all lie beyond ``SETTLED`` on one
+    side, and never before 2 rounds, however slow the calls."""
     calls = []
     for fn in (eager, ollie):
         fn()
@@ -368,7 +372,10 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
             ts.append((time.perf_counter() - t0) / n)
         n, spent = len(te), time.perf_counter() - start
         decided = not 1 / clear < min(te) / min(to) < clear
-        if (n >= 3 and decided) or (n >= min_rounds and spent >= budget_s) or \
+        round_ratios = [a / max(b, 1e-12) for a, b in zip(te, to)]
+        settled = n >= SETTLED_ROUNDS and (min(round_ratios) > SETTLED or
+                                           max(round_ratios) < 1 / SETTLED)
+        if (n >= 3 and decided) or settled or (n >= min_rounds and spent >= budget_s) or \
                 (n >= 2 and spent >= 2 * budget_s):
             break
     ratios = sorted(a / max(b, 1e-12) for a, b in zip(te, to))

@@ -103,3 +103,7 @@ def test_compare_stops_early_only_when_the_decision_is_clear():
     assert capped.rounds == 2  # two rounds at least, then twice the budget is the limit
     close = compare(slow, slow, budget_s=0.2, min_rounds=5)
     assert close.rounds > 5  # a tie is timed for the whole budget
+    # 1.5x apart in every round: settled after SETTLED_ROUNDS, long before the budget ends
+    apart = compare(lambda: _time.sleep(0.003), lambda: _time.sleep(0.002), budget_s=5.0,
+                    min_rounds=20)
+    assert apart.rounds == measure.SETTLED_ROUNDS and apart.speedup > measure.SETTLED

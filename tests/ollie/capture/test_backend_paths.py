@@ -52,6 +52,24 @@ def test_the_faster_of_eager_and_compiled_runs(monkeypatch, compiled_s, eager_s,
     assert any(runs in n for n in backend.notes), backend.notes
 
 
+@pytest.mark.parametrize("compiled_s, eager_s, calibrated", [
+    (1e-3, 2e-3, False),    # compiled far ahead: no frame's cost could hand it to eager
+    (2e-3, 1e-3, False),    # eager ahead even with no frame charged
+    (1e-4, 1.2e-4, True),   # within a frame's cost of each other: calibrate
+])
+def test_the_frame_is_calibrated_only_where_it_could_change_the_choice(
+        monkeypatch, compiled_s, eager_s, calibrated):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(compiled_s, eager_s))
+    calls = []
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead",
+                        lambda *_: calls.append(1) or 0.0)
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    a, b = args()
+    with torch.no_grad():
+        assert torch.allclose(compile_with(backend)(a, b), elementwise(a, b))
+    assert bool(calls) == calibrated
+
+
 def broken(a, b):
     x = torch.tanh(a) * b
     torch._dynamo.graph_break()
