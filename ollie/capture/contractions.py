@@ -3,11 +3,14 @@ products, convolutions, attention), with their work (flops, two per multiply-add
 operand layouts.
 
 Readers: ``size_range`` compares the work of two forms as polynomials in the size symbols;
-``graph_pass`` recognises a rewrite that leaves every contraction as it was (same operators,
-work and layouts) and only reorders the memory-bound work around them, which Inductor fuses
-in either form; ``region`` skips such candidates before measuring them.
+``graph_pass`` recognises a rewrite that leaves the contractions as they were (same operators,
+work and layouts, but for a negligible share of the work: ``unchanged``) and only reorders the
+memory-bound work around them, which Inductor fuses in either form; ``region`` skips such
+candidates before measuring them.
 """
 from __future__ import annotations
+
+from collections import Counter
 
 import sympy
 import torch
@@ -54,6 +57,7 @@ def signature(nodes) -> list[tuple]:
 # a product with its bias added in the same call: the product is the contraction, the
 # addition is work around it (mm then add is the same contraction)
 WITH_BIAS = {"aten.addmm": "aten.mm", "aten.baddbmm": "aten.bmm", "aten.addmv": "aten.mv"}
+BIAS_LAST = {"aten.convolution"}  # (input, weight, bias): the bias is work around it too
 
 
 def call_signature(calls) -> list[tuple]:
@@ -75,8 +79,29 @@ def call_signature(calls) -> list[tuple]:
         operands = [a for a in args if isinstance(a, torch.Tensor)]
         if name in WITH_BIAS:
             name, operands = WITH_BIAS[name], operands[1:]
+        elif name in BIAS_LAST:
+            operands = operands[:2]
         sizes = [d for a in operands for d in a.shape if isinstance(d, torch.SymInt)]
         if count.free_symbols and sizes:
             count = count.xreplace(sizes[0].node.shape_env.backed_var_to_val)
         out.append((name, str(count), tuple(layout(a) for a in operands)))
     return sorted(out)
+
+
+def unchanged(original: list, mine: list | None, share: float) -> bool:
+    """Whether ``mine`` runs the ``original`` contractions (both ``signature``s) as they are,
+    but for ones carrying under ``share`` of the original's work on either side: whatever
+    operator runs those, they are too little of the work to matter (a squeeze-excite block's
+    two products on a pooled vector, next to its convolutions)."""
+    if not mine:
+        return False
+    if mine == original:
+        return True
+    try:
+        total = sum(float(flops) for _, flops, _ in original)
+        changed = max(sum(float(flops) * k for (_, flops, _), k in (a - b).items())
+                      for a, b in ((Counter(original), Counter(mine)),
+                                   (Counter(mine), Counter(original))))
+    except ValueError:  # work in size symbols: only an exact match counts
+        return False
+    return changed < share * total

@@ -315,8 +315,9 @@ def _crossings(region, rr, traced_programs, values, decompositions, options, sha
 
 
 def _same_contractions(region, traced: fx.GraphModule) -> bool:
-    mine = contractions.signature(traced.graph.nodes)
-    return bool(mine) and mine == contractions.signature(region.members)
+    return contractions.unchanged(contractions.signature(region.members),
+                                  contractions.signature(traced.graph.nodes),
+                                  1 - ADOPTION_MARGIN)
 
 
 def _flops(region, traced: fx.GraphModule, input_names):

@@ -8,6 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import ir
 from ollie.capture import aten, regions
 from ollie.capture.backend import _decompositions
+from ollie.region import as_program
 
 # (name, torch function, input shapes): each is traced to core ATen the way the backend
 # traces, translated, and every region's expression is evaluated by the reference
@@ -70,6 +71,8 @@ def test_every_region_means_what_the_aten_graph_computes(name, fn, shapes):
         got = ir.evaluate(region.expr, env)
         want = values[region.root].double().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str(region.expr))
+        # the region as one generated function (what its adoption timing runs) computes it too
+        torch.testing.assert_close(as_program(region, values)(), values[region.root])
     untranslated = {aten_name for aten_name in map(regions.describe, translation.left)}
     assert not untranslated - {"aten._to_copy"}, translation.left
 

@@ -66,3 +66,25 @@ def test_a_symbolic_graph_signs_at_its_hints_without_guards():
     at_hints = nodes(lambda a, b, w: (a @ b) * w, a, b, w)
     assert contractions.signature(symbolic.graph.nodes) == contractions.signature(at_hints)
     assert len(shape_env.guards) == guards  # nothing was specialised to compare
+
+
+def test_a_convolution_with_its_bias_is_the_convolution_then_an_add():
+    x, k, bias = torch.randn(1, 8, 10, 10), torch.randn(4, 8, 3, 3), torch.randn(4)
+    fused = nodes(lambda x, k, bias: torch.conv2d(x, k, bias), x, k, bias)
+    apart = nodes(lambda x, k, bias: torch.conv2d(x, k) + bias[:, None, None], x, k, bias)
+    assert contractions.signature(fused) == contractions.signature(apart) != []
+
+
+def test_a_change_to_contractions_doing_a_negligible_share_of_the_work_leaves_them_unchanged():
+    # a big product kept, and a matrix-vector product on a pooled vector run another way
+    big, v, m = torch.randn(256, 256), torch.randn(1, 256), torch.randn(256, 8)
+    original = contractions.signature(nodes(lambda big, v, m: (big @ big, v @ m), big, v, m))
+    tiny_changed = contractions.signature(
+        nodes(lambda big, v, m: (big @ big, (m.t() @ v.t()).t()), big, v, m))
+    assert tiny_changed != original
+    assert contractions.unchanged(original, tiny_changed, 0.05)
+    assert not contractions.unchanged(original, tiny_changed, 1e-4)  # share below the change
+    big_changed = contractions.signature(
+        nodes(lambda big, v, m: ((big.t() @ big.t()).t(), v @ m), big, v, m))
+    assert not contractions.unchanged(original, big_changed, 0.05)
+    assert not contractions.unchanged(original, [], 0.05)
