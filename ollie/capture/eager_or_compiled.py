@@ -196,10 +196,7 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     margin = eager_margin(timing.spread)
     if skippable:
         eager_s += module_calls(gm) * module_call_overhead()
-        # calibrating the frame costs a compile and thousands of calls: only where it can
-        # change the choice
-        if compiled_s * margin < eager_s <= (compiled_s + frame_bound(example_inputs)) * margin:
-            compiled_s += dynamo_call_overhead(example_inputs, called_directly)
+        compiled_s = with_frame(compiled_s, eager_s, margin, example_inputs, called_directly)
     runs = EAGER if eager_s <= compiled_s * margin else COMPILED
     if store is not None:
         store.put(k, {"decision": runs, "margin": margin, "remeasured": 0,
@@ -219,6 +216,19 @@ def eager_margin(spread: float) -> float:
 
 def _probe(*xs):
     return torch._foreach_add(xs, 1)  # one library call: the guards are what it measures
+
+
+def with_frame(baseline_s: float, challenger_s: float, margin: float, example_inputs,
+               called_directly: bool) -> float:
+    """``baseline_s`` plus Dynamo's frame on each call (``dynamo_call_overhead``), where the
+    challenger would run without it. Calibrating the frame costs a compile and thousands of
+    calls, so it is done only where it can decide whether the challenger wins (runs within
+    ``margin`` of the baseline): not where it wins without the charge, nor where it loses
+    even against the charge's bound (``frame_bound``)."""
+    if challenger_s <= baseline_s * margin or \
+            challenger_s > (baseline_s + frame_bound(example_inputs)) * margin:
+        return baseline_s
+    return baseline_s + dynamo_call_overhead(example_inputs, called_directly)
 
 
 def frame_bound(example_inputs) -> float:

@@ -395,24 +395,28 @@ def stored_comparison(key: str, report: GraphReport, options) -> bool | None:
 
 def compare(original, rewritten, example_inputs, report: GraphReport, options,
             key: str, at: dict | None = None, eagerly: bool = False,
-            charge: float = 0.0) -> bool:
+            frame: bool = False) -> bool:
     """Whether the compiled ``rewritten`` graph beats the compiled ``original`` (boxed
     callables) by the adoption margin, measured on sample inputs (at the size symbols'
     hints, or the sizes ``at`` gives them); stored under ``key``. ``eagerly``: ``rewritten``
     is a graph run as it is, whose lead need only clear the comparison's noise
-    (``eager_or_compiled.eager_margin``); ``charge``: seconds a call of ``original`` costs
-    beyond what is timed (Dynamo's frame, where ``rewritten`` would be called without it)."""
+    (``eager_or_compiled.eager_margin``); ``frame``: ``original`` is charged Dynamo's frame
+    on each call, which ``rewritten`` would be called without."""
     inputs = sample_like(example_inputs, at)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: original(list(inputs)),
                                  lambda: rewritten(list(inputs)),
                                  budget_s=options.measure_cap_s)
-    report.timing = (timing.eager_median + charge, timing.ollie_median)
+    baseline_s = timing.eager_median
     if eagerly:
-        faster = timing.ollie_median <= (timing.eager_median + charge) * \
-            eager_or_compiled.eager_margin(timing.spread)
+        margin = eager_or_compiled.eager_margin(timing.spread)
+        if frame:
+            baseline_s = eager_or_compiled.with_frame(baseline_s, timing.ollie_median, margin,
+                                                      example_inputs, True)
+        faster = timing.ollie_median <= baseline_s * margin
     else:
         faster = timing.faster(ADOPTION_MARGIN)
+    report.timing = (baseline_s, timing.ollie_median)
     if options.cache:
         cache.Cache(options.cache_dir).put(key, {
             "program": None, "rule_chain": [], "cost_before": 0.0, "cost_after": 0.0,

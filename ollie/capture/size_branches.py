@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ollie.capture import eager_or_compiled, graph_pass, size_range
+from ollie.capture import graph_pass, size_range
 
 # The cache key suffixes of a rewritten graph's eager-vs-compiled comparison, and of the
 # original graph's outside a size branch
@@ -95,12 +95,10 @@ def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
         won = graph_pass.stored_comparison(key + suffix, timing, options)
         eager = make_boxed_func(gm.forward)
         if won is None:
-            frame = eager_or_compiled.dynamo_call_overhead(example_inputs, True) \
-                if direct else 0.0
             with real_computation():
                 won = graph_pass.compare(original, eager, example_inputs, timing,
                                          options, key + suffix, {symbol: at}, eagerly=True,
-                                         charge=frame)
+                                         frame=direct)
         other = eager if won else original
         if won and direct:
             direct_sizes = {symbol: low - 1}

@@ -70,6 +70,19 @@ def test_the_frame_is_calibrated_only_where_it_could_change_the_choice(
     assert bool(calls) == calibrated
 
 
+
+@pytest.mark.parametrize("challenger_s, charged_s", [
+    (0.9e-3, 1e-3),            # wins without the frame: nothing to calibrate
+    (2e-3, 1e-3),              # loses even against the frame's bound: nothing either
+    (1e-3, 1e-3 + 30e-6),      # within the bound: the calibrated frame is charged
+])
+def test_the_frame_is_charged_where_it_can_decide(monkeypatch, challenger_s, charged_s):
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *_: 30e-6)
+    xs = [torch.ones(4, 4)] * 3
+    got = eager_or_compiled.with_frame(1e-3, challenger_s, 0.98, xs, True)
+    assert got == pytest.approx(charged_s)
+
+
 def broken(a, b):
     x = torch.tanh(a) * b
     torch._dynamo.graph_break()
