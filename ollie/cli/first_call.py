@@ -7,7 +7,9 @@ where Ollie must neither derive nor measure. The child process is this module:
 
     python -m ollie.cli.first_call SUITE CASE VARIANT
 
-prints one JSON line: the first call's seconds, the regions derived and the comparisons timed.
+prints one JSON line: the first call's seconds, the regions derived and the comparisons timed,
+and (Ollie's) the regions reused from the cache, the operators left underived, and the
+derivation's seconds against the graphs' budget.
 """
 from __future__ import annotations
 
@@ -42,11 +44,17 @@ def child(suite: str, case_name: str, variant: str) -> dict:
     with torch.no_grad():
         compiled(*args)
     seconds = time.perf_counter() - t0
-    derived = 0
+    out = {"seconds": seconds, "derived": 0, "compares": len(compares)}
     if variant == "ollie":
-        derived = sum(1 for report in compiled.backend.reports for r in report.regions
-                      if not r.cached)
-    return {"seconds": seconds, "derived": derived, "compares": len(compares)}
+        regions = [r for report in compiled.backend.reports for r in report.regions]
+        out.update(derived=sum(not r.cached for r in regions),
+                   reused=sum(r.cached for r in regions),
+                   derive_s=sum(r.derive_s for r in regions if not r.cached),
+                   budget_s=compiled.backend.options.budget_s * len(compiled.backend.reports),
+                   not_derived=sum(why.startswith("translated, not derived")
+                                   for report in compiled.backend.reports
+                                   for _, _, why in report.left))
+    return out
 
 
 def _spawn(suite: str, case: str, variant: str, caches: str) -> dict:
@@ -79,7 +87,9 @@ def run(suite: str, cases, args, out) -> int:
     table = Table(title="first call in a fresh process, seconds (cold: fresh caches; "
                         "warm: the caches a first process left)")
     for col in ("case", "compile cold", "ollie cold", "ollie/compile", "compile warm",
-                "ollie warm", "ollie/compile", "ollie warm: derived, timed"):
+                "ollie warm", "ollie/compile", "ollie warm: derived, timed",
+                "ollie cold: regions derived, reused; operators not derived; derivation s "
+                "(budget)"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for r in rows:
         cells = [r["case"]]
@@ -87,8 +97,11 @@ def run(suite: str, cases, args, out) -> int:
             c, o = r["compile" + kind], r["ollie" + kind]
             cells += [_s(c), _s(o), f"{o['seconds'] / c['seconds']:.2f}×"
                       if "seconds" in c and "seconds" in o else "—"]
-        warm = r["ollie_warm"]
+        warm, cold = r["ollie_warm"], r["ollie"]
         cells.append(f"{warm.get('derived', '—')}, {warm.get('compares', '—')}")
+        cells.append(f"{cold['derived']}, {cold['reused']}; {cold['not_derived']}; "
+                     f"{cold['derive_s']:.1f} ({cold['budget_s']:g})" if "reused" in cold
+                     else "—")
         table.add_row(*cells)
     Console(file=out, width=None if out.isatty() else 160).print(table)
     return 0

@@ -115,3 +115,19 @@ def test_sizes_suite_rows_compare_each_size_with_a_static_compile():
     # Ollie no more often (once, where eager wins at these sizes and Dynamo skips the
     # function), the chain's order not flipping between 32 and 48 rows
     assert result["graphs"]["ollie"] <= result["graphs"]["compile"] == 2
+
+
+def test_first_call_child_reports_what_ollie_derived_reused_and_left(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OLLIE_CACHE_DIR": str(tmp_path / "ollie"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    result = subprocess.run([sys.executable, "-m", "ollie.cli.first_call", "kernels", "outer_sum",
+                             "ollie"], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["seconds"] > 0 and row["derived"] >= 1 and row["reused"] == 0
+    assert row["compares"] >= 1 and row["budget_s"] == 2.0  # one graph, the default budget
+    assert 0 < row["derive_s"] and row["not_derived"] >= 0
