@@ -361,34 +361,32 @@ def exact_value(region, values: dict) -> torch.Tensor | None:
     root = values.get(region.root)
     if not isinstance(root, torch.Tensor) or root.dtype not in LOW_PRECISION:
         return None
-    members, env = set(region.members), {}
     try:
         with torch.no_grad():
-            for m in region.members:
-                for a in m.all_input_nodes:  # the region's inputs and the sizes it reads
-                    if a not in members and a not in env:
-                        v = values[a]
-                        low = isinstance(v, torch.Tensor) and v.dtype in LOW_PRECISION
-                        env[a] = v.double() if low else v
-                env[m] = run_node(m, env)
+            return as_program(region, values, _float64)()
     except Exception:  # a value not at hand, an op with a fixed dtype or none in float64
         return None
-    return env[region.root]
 
 
 LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def as_program(region, values: dict) -> Callable[[], Any]:
+def _float64(value):
+    low = isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION
+    return value.double() if low else value
+
+
+def as_program(region, values: dict, convert=lambda value: value) -> Callable[[], Any]:
     """The region's ATen calls as one generated function (``fx.GraphModule``), called on
-    ``values`` of what it reads: timed as the graph's own code runs them, without an
-    interpreter's cost per node (2-3 µs, as much as a squeeze-excite block's gain)."""
+    ``values`` (``convert``ed) of what it reads: run as the graph's own code runs them,
+    without an interpreter's cost per node (2-3 µs: a timing would count it, as much as a
+    squeeze-excite block's gain)."""
     members, graph, env, reads = set(region.members), fx.Graph(), {}, []
     for m in region.members:
         for a in m.all_input_nodes:  # the region's inputs and the sizes it reads
             if a not in members and a not in env:
                 env[a] = graph.placeholder(f"in{len(reads)}")
-                reads.append(values[a])
+                reads.append(convert(values[a]))
     for m in region.members:
         env[m] = graph.node_copy(m, env.__getitem__)
     graph.output(env[region.root])
