@@ -29,8 +29,8 @@ from typing import Callable
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import eager_or_compiled, folding, graph_pass, rewrite, size_branches, \
-    size_range
+from ollie.capture import eager_or_compiled, folding, graph_pass, rewrite, second_compile, \
+    size_branches, size_range
 from ollie.capture.cache_identity import CacheIdentity
 from ollie.capture.size_branches import give_output_strides, real_computation, \
     take_output_strides
@@ -231,6 +231,16 @@ class OllieBackend:
             return wrap(compile_fx_inner(graph, inputs, **kwargs))
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = take_output_strides()  # each compile reports its outputs' strides to AOT
+        # folding that saves contraction work is a gain no region measured
+        folds_work = bool(weights) and kwargs.get("is_inference") and \
+            folding.saves_work(gm, weights)
+        with real_computation():
+            worth_compiling = folds_work or second_compile.can_pay_off(
+                original, example_inputs, report, key, self.options)
+        if not worth_compiling:
+            give_output_strides(strides)
+            self._announce(report)
+            return original
         rewritten = wrap(compile_fx_inner(graph, inputs, **kwargs))
         with real_computation():
             report.adopted = graph_pass.compare(original, rewritten, example_inputs, report,

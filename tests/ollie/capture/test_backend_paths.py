@@ -83,6 +83,34 @@ def test_the_frame_is_charged_where_it_can_decide(monkeypatch, challenger_s, cha
     assert got == pytest.approx(charged_s)
 
 
+
+@pytest.mark.parametrize("saves_s, substitutions, compiles", [
+    (0.1e-3, [], False),   # 0.1 ms saved of a ~2 ms graph: under the margin, no second compile
+    (0.5e-3, [], True),    # 25 %: worth compiling to find out
+    (0.1e-3, ["shared_lhs: 2 × mm.default → 1"], True),  # a substitution no region measured
+])
+def test_a_second_compile_runs_only_where_the_regions_gains_could_clear_the_margin(
+        saves_s, substitutions, compiles):
+    import time
+
+    import ir
+    from ollie.capture import graph_pass, second_compile
+    from ollie.region import RegionReport
+
+    region = RegionReport("r", [], ir.parse("T[i] = A[i]", tensors={"A": (4,)}), eager_s=1e-3,
+                          ollie_s=1e-3 - saves_s, kernel=lambda *xs: None)
+    report = graph_pass.GraphReport("inference graph 1", regions=[region],
+                                    substitutions=substitutions)
+
+    def original(args):  # the compiled original: about 2 ms a call
+        time.sleep(2e-3)
+
+    options = ollie.Options(cache=False)
+    assert second_compile.can_pay_off(original, [torch.ones(2)], report, "k", options) \
+        == compiles
+    assert ("not compiled" in (report.note or "")) != compiles
+
+
 def broken(a, b):
     x = torch.tanh(a) * b
     torch._dynamo.graph_break()
