@@ -229,11 +229,12 @@ class OllieBackend:
                                                          self.options)
                 return self._within_branch(gm, example_inputs, kwargs, chosen, report, key)
             return wrap(compile_fx_inner(graph, inputs, **kwargs))
-        original = compile_fx_inner(gm, example_inputs, **kwargs)
-        strides = take_output_strides()  # each compile reports its outputs' strides to AOT
-        # folding that saves contraction work is a gain no region measured
+        # folding that saves contraction work is a gain no region measured (asked before
+        # Inductor's compile, whose passes change ``gm`` in place)
         folds_work = bool(weights) and kwargs.get("is_inference") and \
             folding.saves_work(gm, weights)
+        original = compile_fx_inner(gm, example_inputs, **kwargs)
+        strides = take_output_strides()  # each compile reports its outputs' strides to AOT
         with real_computation():
             worth_compiling = folds_work or second_compile.can_pay_off(
                 original, example_inputs, report, key, self.options)

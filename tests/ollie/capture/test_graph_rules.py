@@ -107,6 +107,36 @@ def test_a_loop_of_products_by_one_weight_runs_as_one_product_through_the_backen
     assert any(s.startswith("shared_rhs: 12 ×") for s in applied), applied
 
 
+def test_no_graph_is_read_after_inductor_compiled_it(monkeypatch):
+    # Inductor's passes change the graph they compile in place (a BERT stack's then failed
+    # ``folding.saves_work``): weights, a substitution and no stored comparison take the whole
+    # path to the second compile
+    import warnings
+
+    import torch._inductor.compile_fx as compile_fx
+    from ollie.cli.bench_models import BertLayer
+    compiled, real_compile, real_saves = set(), compile_fx.compile_fx_inner, folding.saves_work
+
+    def compile_inner(gm, *args, **kwargs):
+        compiled.add(id(gm))
+        return real_compile(gm, *args, **kwargs)
+
+    def saves_work(gm, *args):
+        assert id(gm) not in compiled, "read after Inductor's compile"
+        return real_saves(gm, *args)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", compile_inner)
+    monkeypatch.setattr(folding, "saves_work", saves_work)
+    torch.manual_seed(0)
+    model, x = BertLayer(d=32, heads=2, hidden=64).eval(), torch.randn(1, 8, 32)
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", ollie.OllieWarning)  # an Ollie failure warns
+        out = torch.compile(model, backend=backend)(x)
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    assert any(s.startswith("shared_lhs") for r in backend.reports for s in r.substitutions)
+
+
 def test_a_folded_value_is_computed_again_exactly_when_a_weight_changes():
     def fn(x, a, b):
         return (x @ (a @ b),)
