@@ -207,8 +207,11 @@ class OllieBackend:
         new, report = self._rewrite(gm, example_inputs, title, decompositions,
                                     guard_sizes=_kind(kwargs) == "inference")
         weights = list(kwargs.get("static_input_idxs") or [])
-        if new is None and kwargs.get("is_inference") and weights and \
-                folding.saves_work(gm, weights):  # folding alone is the rewrite
+        # folding that saves contraction work: a gain no region measured (asked before
+        # Inductor's compile, whose passes change ``gm`` in place)
+        folds_work = bool(weights) and kwargs.get("is_inference") and \
+            folding.saves_work(gm, weights)
+        if new is None and folds_work:  # folding alone is the rewrite
             new = rewrite.copy_graph(gm)[0]
         if new is None:
             self._announce(report)
@@ -229,10 +232,6 @@ class OllieBackend:
                                                          self.options)
                 return self._within_branch(gm, example_inputs, kwargs, chosen, report, key)
             return wrap(compile_fx_inner(graph, inputs, **kwargs))
-        # folding that saves contraction work is a gain no region measured (asked before
-        # Inductor's compile, whose passes change ``gm`` in place)
-        folds_work = bool(weights) and kwargs.get("is_inference") and \
-            folding.saves_work(gm, weights)
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = take_output_strides()  # each compile reports its outputs' strides to AOT
         with real_computation():
