@@ -8,8 +8,8 @@ where Ollie must neither derive nor measure. The child process is this module:
     python -m ollie.cli.first_call SUITE CASE VARIANT
 
 prints one JSON line: the first call's seconds, the regions derived and the comparisons timed,
-and (Ollie's) the regions reused from the cache, the operators left underived, and the
-derivation's seconds against the graphs' budget.
+Inductor's compiles and their seconds, and (Ollie's) the regions reused from the cache, the
+operators left underived, and the derivation's seconds against the graphs' budget.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ VARIANTS = ("compile", "ollie")
 
 def child(suite: str, case_name: str, variant: str) -> dict:
     import torch
+    from torch._dynamo.utils import compilation_time_metrics, counters
 
     import ollie
     from ollie.cli.bench import suite_cases
@@ -44,7 +45,9 @@ def child(suite: str, case_name: str, variant: str) -> dict:
     with torch.no_grad():
         compiled(*args)
     seconds = time.perf_counter() - t0
-    out = {"seconds": seconds, "derived": 0, "compares": len(compares)}
+    out = {"seconds": seconds, "derived": 0, "compares": len(compares),
+           "inductor_compiles": counters["inductor"]["fxgraph_cache_miss"],
+           "inductor_s": sum(compilation_time_metrics.get("compile_fx_inner", ()))}
     if variant == "ollie":
         regions = [r for report in compiled.backend.reports for r in report.regions]
         out.update(derived=sum(not r.cached for r in regions),
@@ -88,6 +91,7 @@ def run(suite: str, cases, args, out) -> int:
                         "warm: the caches a first process left)")
     for col in ("case", "compile cold", "ollie cold", "ollie/compile", "compile warm",
                 "ollie warm", "ollie/compile", "ollie warm: derived, timed",
+                "cold Inductor compiles (s): compile / ollie",
                 "ollie cold: regions derived, reused; operators not derived; derivation s "
                 "(budget)"):
         table.add_column(col, justify="left" if col == "case" else "right")
@@ -99,6 +103,9 @@ def run(suite: str, cases, args, out) -> int:
                       if "seconds" in c and "seconds" in o else "—"]
         warm, cold = r["ollie_warm"], r["ollie"]
         cells.append(f"{warm.get('derived', '—')}, {warm.get('compares', '—')}")
+        cells.append(" / ".join(f"{v['inductor_compiles']} ({v['inductor_s']:.1f})"
+                                if "inductor_s" in v else "—"
+                                for v in (r["compile"], cold)))
         cells.append(f"{cold['derived']}, {cold['reused']}; {cold['not_derived']}; "
                      f"{cold['derive_s']:.1f} ({cold['budget_s']:g})" if "reused" in cold
                      else "—")
