@@ -136,9 +136,12 @@ def canonical(scope: Scope) -> Scope:
 
 
 def fingerprint(scope: Scope) -> str:
-    """sha256 hex of the canonical text, input shapes and dtypes included."""
+    """sha256 hex of the canonical text, input shapes and dtypes included. Kept on the scope,
+    which is immutable: extraction and ranking ask again for the same candidates."""
     from ir.printer import to_text
-    return _sha(to_text(canonical(scope), declarations=True))
+    if "_fingerprint" not in scope.__dict__:
+        scope.__dict__["_fingerprint"] = _sha(to_text(canonical(scope), declarations=True))
+    return scope.__dict__["_fingerprint"]
 
 
 # -- names for people -------------------------------------------------------------------------
