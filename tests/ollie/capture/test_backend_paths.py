@@ -389,3 +389,29 @@ def test_explain_names_what_the_compiled_artifact_runs():
     choice = eager_or_compiled.Choice(eager_or_compiled.COMPILED, 1e-4, 1e-3)
     assert "graph 1 runs Ollie's rewritten graph, uncompiled: 10.00×" in choice.describe(
         1, backend._compiled_artifact(1))
+
+
+def test_a_graphs_derivation_budget_pays_each_regions_rules_and_extraction(monkeypatch):
+    # six regions of equal work under a 2 s budget: each costs its rules' share and the
+    # extraction after them, so three fit; the first is derived even under a tiny budget
+    from types import SimpleNamespace
+
+    from ollie import options as options_mod, region as region_mod
+    from ollie.capture import graph_pass, regions as regions_mod
+
+    shares = []
+    monkeypatch.setattr(regions_mod, "reduction_work", lambda r: r.work)
+    monkeypatch.setattr(region_mod, "compile_region",
+                        lambda region, values, options, show: shares.append(options.budget_s))
+    chosen = [SimpleNamespace(work=1.0, members=[f"node{k}"]) for k in range(6)]
+    for budget, derived in ((2.0, 3), (0.3, 1), (0.1, 0)):
+        shares.clear()
+        left = {}
+        options = options_mod.Options(budget_s=budget)
+        out = graph_pass.derive_within_budget(chosen, {}, options, None, left)
+        assert len(out) == len(shares) == derived
+        assert all(s >= graph_pass.MIN_REGION_S for s in shares)
+        assert sum(s + graph_pass.EXTRACTION_S for s in shares) <= 1e-9 + max(
+            budget, graph_pass.MIN_REGION_S + graph_pass.EXTRACTION_S)
+        assert len(left) == 6 - derived
+        assert all("budget was spent" in why for why in left.values())
