@@ -60,16 +60,23 @@ def child(suite: str, case_name: str, variant: str) -> dict:
     return out
 
 
-def _spawn(suite: str, case: str, variant: str, caches: str) -> dict:
+def spawn(module: str, args: list[str], caches: str):
+    """The JSON line ``python -m module *args`` prints last, run in a fresh process whose
+    caches (Inductor's, AOTAutograd's, Ollie's) live in ``caches``; ``{"error": ...}`` when
+    it fails."""
     # Inductor's compile workers as the user's environment sets them (by default, a pool)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor"),
            "OLLIE_CACHE_DIR": os.path.join(caches, "ollie")}
-    result = subprocess.run([sys.executable, "-m", "ollie.cli.first_call", suite, case, variant],
+    result = subprocess.run([sys.executable, "-m", module, *args],
                             capture_output=True, text=True, env=env, timeout=1800)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": tail[:160]}
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _spawn(suite: str, case: str, variant: str, caches: str) -> dict:
+    return spawn("ollie.cli.first_call", [suite, case, variant], caches)
 
 
 def run(suite: str, cases, args, out) -> int:

@@ -117,6 +117,19 @@ def test_sizes_suite_rows_compare_each_size_with_a_static_compile():
     assert result["graphs"]["ollie"] <= result["graphs"]["compile"] == 2
 
 
+def test_sizes_suite_first_calls_child_times_each_size_once(monkeypatch):
+    import torch
+    from ollie.cli import bench_sizes
+
+    case = bench_sizes.SizeCase("tiny_chain", "(a @ b) @ c at three sizes", bench_sizes.chain,
+                                lambda n: (torch.randn(n, 64), torch.randn(64, 64),
+                                           torch.randn(64, 8)), (32, 48, 40))
+    monkeypatch.setitem(bench_sizes.BY_NAME, case.name, case)
+    seconds = bench_sizes.first_calls(case.name, "ollie", 0.5)
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    assert seconds[2] < seconds[0]  # the third size reuses the symbolic graph of the second
+
+
 def test_first_call_child_reports_what_ollie_derived_reused_and_left(tmp_path):
     import os
     import subprocess
