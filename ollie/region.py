@@ -279,7 +279,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         timing = measure.compare(as_program(region, reference), lambda: winner.kernel(*inputs),
                                  budget_s=options.measure_cap_s)
         if options.inductor and timing.faster(ADOPTION_MARGIN):
-            timing = _lead_over_lowered_original(region.expr, tensors, winner.kernel, inputs,
+            timing = _lead_over_lowered_original(start, tensors, winner.kernel, inputs,
                                                  timing, options)
     report.eager_s, report.ollie_s = timing.eager_median, timing.ollie_median
     report.speedup, report.spread = timing.speedup, timing.spread
@@ -289,12 +289,13 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     _adopt(report, winner.kernel)
 
 
-def _lead_over_lowered_original(expr, tensors: dict, kernel, inputs: list, timing, options):
-    """The smaller of ``timing``'s lead and the derived kernel's lead over the original
+def _lead_over_lowered_original(original, tensors: dict, kernel, inputs: list, timing,
+                                options):
+    """The smaller of ``timing``'s lead and the derived kernel's lead over the ``original``
     expression lowered as it is. Inductor fuses the elementwise work around the original's
     ATen calls, as the lowering fuses the derived program's: a lead over the ATen calls run
     one by one may be only that fusion, which the compiled original has too."""
-    alike = codegen.lower(inline_views(expr), fused=True)
+    alike = codegen.lower(original, fused=True)
     operands = [tensors[n] for n in alike.input_names]
     lowered_timing = measure.compare(lambda: alike(*operands), lambda: kernel(*inputs),
                                      budget_s=options.measure_cap_s)
