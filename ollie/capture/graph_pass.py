@@ -338,9 +338,9 @@ def derive_within_budget(chosen: list, values: dict, options, show, left: dict) 
     A region's expected gain is the work of its reductions (what contraction orders and
     distributivity change). Each region costs its rules' share of the budget (its share of
     the work, at least ``MIN_REGION_S``) and ``EXTRACTION_S`` (the first region, its rules'
-    share alone); regions that no longer fit keep their nodes (``explain`` says so). The plan depends on the graph alone, not on how
-    long derivations took, so a second process with the decisions cached derives nothing
-    new."""
+    share alone); regions that no longer fit keep their nodes (``explain`` says so). The
+    plan depends on the graph alone, not on how long derivations took, so a second process
+    with the decisions cached derives nothing new."""
     work = {id(r): regions_mod.reduction_work(r) for r in chosen}
     order = sorted(chosen, key=lambda r: work[id(r)], reverse=True)
     total = sum(work.values()) or 1

@@ -335,27 +335,32 @@ def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp
     assert report.decision == GLUE_ONLY and report.measured == []
 
 
-def test_under_inductor_a_lead_counts_over_the_original_lowered_alike(monkeypatch):
-    # the derived kernel is timed against the original's ATen calls, then (under Inductor)
-    # against the original lowered alike; the smaller lead counts
+def test_under_inductor_a_region_is_also_timed_against_its_original_lowered_alike(
+        monkeypatch):
+    # a lead over the original's ATen calls run one by one may be only the fusion the
+    # lowering does and Inductor does too: the derived kernel is timed against the original
+    # expression lowered as it is, and explain says which original a lead is over
     from types import SimpleNamespace
 
     from ollie.cost import measure
     text = "x: f32[8,8]\nT[i,j] = exp(x[i,j]) * 2 + 1"
     expr, x = ir.parse(text), torch.randn(8, 8)
     kernel = region_mod.codegen.lower(expr, fused=True)
-    ran = []
+    ran, stated = [], measure.Comparison(1.02e-3, 1e-3, 1.02, 0.01, 8)
 
     def timed(original, derived, budget_s):
         ran.append(original())
-        return measure.Comparison(1.0, 1.0, 1.02, 0.01, 8)
+        return stated
 
     monkeypatch.setattr(measure, "compare", timed)
-    over_aten = measure.Comparison(1.5, 1.0, 1.5, 0.01, 8)
-    lead = region_mod._lead_over_lowered_original(expr, {"x": x}, kernel, [x], over_aten,
+    timing = region_mod._against_lowered_original(expr, {"x": x}, kernel, [x],
                                                   SimpleNamespace(measure_cap_s=0.05))
-    assert lead.speedup == 1.02 and not lead.faster(region_mod.ADOPTION_MARGIN)
-    assert torch.allclose(ran[0], torch.exp(x) * 2 + 1)  # the lowered original ran
+    assert timing is stated and torch.allclose(ran[0], torch.exp(x) * 2 + 1)
+    report = region_mod.RegionReport("r", [], expr, eager_s=1.02e-3, ollie_s=1e-3,
+                                     original_lowered=True)
+    assert "original (lowered alike) 1.020 ms" in report.describe()
+    assert region_mod.RegionReport("r", [], expr, eager_s=1e-3, ollie_s=1e-3).describe() \
+        .count("(lowered alike)") == 0
 
 
 def test_a_value_read_twice_by_one_contraction_is_composed_into_its_region(tmp_path):
