@@ -5,10 +5,10 @@ first (12–13 s of MobileNet-v3's first call on a 2-core CPU). It is skipped wh
 pay off: where the regions' gains, measured uncompiled, add up to less than the adoption
 margin of the compiled original's time. What a region saves uncompiled bounds what it saves
 compiled, as Inductor fuses the work around contractions in either form (a region's gain is
-its lead over the original's ATen calls or over the original lowered alike, the smaller). Graph substitutions
-and folded products of weights have no such measurement, so a graph with some is always
-compiled. The compiled original's time is stored, so a warm start decides alike without
-timing it.
+its lead over the original's ATen calls or over the original lowered alike, the smaller).
+Graph substitutions and folded products of weights have no such measurement, so a graph with
+some is always compiled. The compiled original's time is stored, so a warm start decides
+alike without timing it.
 """
 from __future__ import annotations
 

@@ -75,10 +75,6 @@ def spawn(module: str, args: list[str], caches: str):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _spawn(suite: str, case: str, variant: str, caches: str) -> dict:
-    return spawn("ollie.cli.first_call", [suite, case, variant], caches)
-
-
 def run(suite: str, cases, args, out) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -88,8 +84,9 @@ def run(suite: str, cases, args, out) -> int:
         row = {"case": case.name}
         for variant in VARIANTS:
             with tempfile.TemporaryDirectory(prefix="ollie-first-call-") as caches:
-                row[variant] = _spawn(suite, case.name, variant, caches)
-                row[variant + "_warm"] = _spawn(suite, case.name, variant, caches)
+                for name in (variant, variant + "_warm"):  # cold, then the caches it left
+                    row[name] = spawn("ollie.cli.first_call", [suite, case.name, variant],
+                                      caches)
         rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
