@@ -24,7 +24,7 @@ from torch.utils.flop_counter import flop_registry
 
 import ir
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 aten = torch.ops.aten
 
 MATMUL = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.mv.default,
@@ -41,12 +41,14 @@ COPY = {"clone", "copy_", "_to_copy", "cat", "stack", "index", "gather", "index_
 SPECIAL = {"exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "erf", "pow", "log1p", "expm1",
            "reciprocal", "sin", "cos", "div"}
 CACHED_BYTES = 2 << 20  # a call touching less stays in cache when a program runs again
+TINY_BMM = 400  # torch's CPU bmm loops in place, no BLAS, below this m*n*k per matrix
 CLASSES = ("matmul", "conv", "softmax", "reduce", "copy", "pointwise")
 _PER_CLASS = ("calls", "log_elems", "log_bytes")
 NAMES: tuple[str, ...] = (
     "threads", "kernels", "views", "log_matmul_flops", "log_matmul_matrices",
-    "log_small_matmul_flops", "log_matvec_flops", "log_matmul_max_flops",
-    "log_strided_matrices", "log_strided_matmul_bytes", "log_conv_flops",
+    "log_small_matmul_flops", "log_tiny_bmm_flops", "log_matvec_flops",
+    "log_matmul_max_flops", "log_strided_matrices", "log_strided_matmul_bytes",
+    "log_conv_flops", "pointwise_convs",
     "log_special_elems", "log_noncontiguous_bytes", "log_intermediate_bytes",
     "log_max_call_bytes", "log_input_bytes", "log_output_bytes", "log_total_bytes",
     "log_cached_bytes",
@@ -164,19 +166,24 @@ def _program_vector(program: ir.Scope, fused: bool) -> np.ndarray:
             flops = 2.0 * b * m * n * k
             acc["log_matmul_flops"] += flops
             acc["log_matmul_matrices"] += b
-            if min(m, n, k) < 16:
+            tiny = func in (aten.bmm.default, aten.baddbmm.default) and m * n * k < TINY_BMM
+            if tiny:  # strides cost little there: no matrix is packed for BLAS
+                acc["log_tiny_bmm_flops"] += flops
+            elif min(m, n, k) < 16:
                 acc["log_small_matmul_flops"] += flops
             if min(m, n) == 1:
                 acc["log_matvec_flops"] += flops
             max_flops = max(max_flops, flops)
             strided = [t for t in flat_in if t.dim() >= 1 and _strided_operand(t)]
-            if strided:
+            if strided and not tiny:
                 acc["log_strided_matrices"] += b
                 acc["log_strided_matmul_bytes"] += sum(_bytes(t) for t in strided)
         elif func in CONV:
             cls = "conv"  # torch's own formula: transposed and grouped convolutions too
             acc["log_conv_flops"] += float(flop_registry[func.overloadpacket](
                 *args, **kwargs, out_val=flat_out[0]))
+            if math.prod(flat_in[1].shape[2:]) == 1:  # oneDNN runs 1x1 kernels its own way
+                acc["pointwise_convs"] += 1
         elif func in SOFTMAX:
             cls = "softmax"
             acc["log_special_elems"] += out_elems

@@ -4,8 +4,9 @@ Extraction prices scopes one at a time (``ollie.cost.learned``); once it has pic
 whole programs, the ranker orders them, so that only the best one or two are measured. It
 reads ``ollie.cost.lowered``'s features (the ATen calls of the lowering, at torch's thread
 count) and predicts log seconds: gradient-boosted trees (LightGBM) learning a correction to a
-roofline fitted on the same data (launches, matmul and conv flops, tiny and strided matrices,
-bytes, transcendental elements), which extrapolates past the trained sizes where trees cannot.
+roofline fitted on the same data, one per thread count (launches and views, matmul and conv
+flops, small, tiny-batched and strided matrices, 1x1 convolutions, bytes, transcendental
+elements), which extrapolates past the trained sizes where trees cannot.
 
 Trained on every candidate of the rank cases (``ollie.cost.ranking``: derived candidates
 timed interleaved at 1 and 2 threads, held-out cases excluded), shipped in ``ollie/data``.
@@ -37,19 +38,21 @@ TUNED_RANKER = "tuned_rank_model.txt"
 ROUNDS = 300
 ROOFLINE = {  # name: (feature, initial value, how it enters: "per" unit or "rate")
     "launch_s": ("kernels", 5e-6, "per"),
+    "view_s": ("views", 1e-6, "per"),
     "matmul_flops_per_s": ("log_matmul_flops", 5e10, "rate"),
     "small_matmul_flops_per_s": ("log_small_matmul_flops", 5e9, "rate"),
+    "tiny_bmm_flops_per_s": ("log_tiny_bmm_flops", 1e9, "rate"),
     "matrix_s": ("log_matmul_matrices", 1e-7, "per"),
     "strided_matrix_s": ("log_strided_matrices", 1e-6, "per"),
     "conv_flops_per_s": ("log_conv_flops", 3e10, "rate"),
+    "pointwise_conv_s": ("pointwise_convs", 1e-6, "per"),
     "bytes_per_s": ("log_total_bytes", 5e9, "rate"),
     "cached_bytes_per_s": ("log_cached_bytes", 5e10, "rate"),
     "special_per_s": ("log_special_elems", 5e8, "rate"),
 }
 
 
-def roofline_log_seconds(X: np.ndarray, rates: dict) -> np.ndarray:
-    X = np.atleast_2d(X)
+def _roofline(X: np.ndarray, rates: dict) -> np.ndarray:
     t = np.zeros(len(X))
     for name, (feature, _, how) in ROOFLINE.items():
         col = X[:, lowered.column(feature)]
@@ -58,13 +61,35 @@ def roofline_log_seconds(X: np.ndarray, rates: dict) -> np.ndarray:
     return np.log(np.maximum(t, 1e-9))
 
 
-def fit_roofline(X: np.ndarray, y: np.ndarray) -> dict:
+def roofline_log_seconds(X: np.ndarray, rooflines: dict) -> np.ndarray:
+    """Log seconds by the roofline of each row's thread count (``rooflines``: rates per
+    count, as ``fit_rooflines`` gives; a count never trained takes the nearest one's): a
+    library's speed at 2 threads is not twice its speed at 1 -- oneDNN's 1x1 convolutions
+    run slower -- so each count has its own rates."""
+    X = np.atleast_2d(X)
+    counts = np.asarray(sorted(int(k) for k in rooflines))
+    threads = X[:, lowered.column("threads")]
+    nearest = counts[np.abs(threads[:, None] - counts[None, :]).argmin(axis=1)]
+    out = np.zeros(len(X))
+    for n in np.unique(nearest):
+        rows = nearest == n
+        out[rows] = _roofline(X[rows], rooflines[str(n)])
+    return out
+
+
+def fit_rooflines(X: np.ndarray, y: np.ndarray) -> dict[str, dict]:
+    """Roofline rates per thread count (JSON's string keys), fitted by robust least squares."""
     from scipy.optimize import least_squares
     keys = list(ROOFLINE)
     x0 = np.log([ROOFLINE[k][1] for k in keys])
-    fit = least_squares(lambda lp: roofline_log_seconds(X, dict(zip(keys, np.exp(lp)))) - y,
-                        x0, loss="soft_l1", f_scale=0.3)
-    return dict(zip(keys, (float(v) for v in np.exp(fit.x))))
+    threads = X[:, lowered.column("threads")]
+    out = {}
+    for n in np.unique(threads):
+        rows = threads == n
+        fit = least_squares(lambda lp: _roofline(X[rows], dict(zip(keys, np.exp(lp))))
+                            - y[rows], x0, loss="soft_l1", f_scale=0.3)
+        out[str(int(n))] = dict(zip(keys, (float(v) for v in np.exp(fit.x))))
+    return out
 
 
 def record_threads(record: dict) -> int:
@@ -106,16 +131,16 @@ class Ranker:
         X, y, ops = training_rows(records)
         if len(y) < 8:
             raise ValueError(f"Ranker.train: need at least 8 usable records, got {len(y)}")
-        rates = fit_roofline(X, y)
+        rooflines = fit_rooflines(X, y)
         params = dict(PARAMS, min_data_in_leaf=min(PARAMS["min_data_in_leaf"], len(y) // 4))
-        data = lgb.Dataset(X, y, init_score=roofline_log_seconds(X, rates),
+        data = lgb.Dataset(X, y, init_score=roofline_log_seconds(X, rooflines),
                            feature_name=list(lowered.NAMES),
                            params={"min_data_in_bin": 1, "verbose": -1})
         booster = lgb.train(params, data, num_boost_round=rounds)
         devices = sorted({str(r.get("device", "?")).rsplit(" x", 1)[0] for r in records})
         threads = sorted({record_threads(r) for r in records})
         return cls(booster, {"feature_version": lowered.FEATURE_VERSION,
-                             "feature_names": list(lowered.NAMES), "roofline": rates,
+                             "feature_names": list(lowered.NAMES), "rooflines": rooflines,
                              "records": len(y), "devices": devices, "threads": threads,
                              "operators": sorted(ops),
                              **provenance})
@@ -160,7 +185,7 @@ class Ranker:
             return np.zeros(0)
         X = np.vstack(rows)
         est = np.exp(self.booster.predict(X, num_threads=1)
-                     + roofline_log_seconds(X, self.meta["roofline"]))
+                     + roofline_log_seconds(X, self.meta["rooflines"]))
         return np.where(ok, est, np.nan)
 
     def __repr__(self) -> str:

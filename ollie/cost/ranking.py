@@ -92,6 +92,8 @@ CASES: tuple[RankCase, ...] = (
     _case("mm_rowsum", "torch.einsum('ij,jk->ik', a, b).sum(1)", a=(256, 192), b=(192, 320)),
     _case("conv_pool", "F.conv2d(x, w, padding=1).sum((2, 3))", x=(1, 16, 24, 24),
           w=(24, 16, 3, 3)),
+    _case("pointwise_conv_bias", "F.conv2d(x, w, b)", x=(4, 32, 10, 10), w=(48, 32, 1, 1),
+          b=(48,)),
     _case("outer_mm", "torch.outer(u, v) @ w", u=(256,), v=(192,), w=(192, 128)),
     _case("scaled_rowsum", "(x * s[None, :]).sum(1)", x=(512, 384), s=(384,)),
     _case("max_shifted_exp", "torch.exp(x - x.amax(-1, keepdim=True)).sum(-1)", x=(192, 384)),

@@ -9,7 +9,8 @@ from ir import Tensor, ops
 from ollie.cli.torch_text import build
 from ollie.cost import lowered, measure, ranking
 from ollie.cost.ranker import (
-    MEASURE_TOP, RANK_DATASET, RANK_MODEL, Ranker, UNSURE, select, training_rows,
+    MEASURE_TOP, RANK_DATASET, RANK_MODEL, Ranker, UNSURE, fit_rooflines, roofline_log_seconds,
+    select, training_rows,
 )
 
 
@@ -28,14 +29,55 @@ def test_features_count_the_calls_the_lowering_makes():
     assert feature(chain, "threads", threads=1) == 1
 
 
-def test_a_strided_matrix_operand_is_seen():
-    # einsum("ik,ki->i") as a batched matmul reads b's column with stride: slow in BLAS
-    rows = build("torch.einsum('ik,ki->i', a, b)", {"a": (64, 32), "b": (32, 64)})
-    calls = [c for c in lowered.trace_calls(rows) if c[0] in lowered.MATMUL]
-    strided = feature(rows, "log_strided_matrices")
-    assert (strided > 0) == any(lowered._strided_operand(t) for _, ins, *_ in calls for t in ins)
+def _row_dots(k: int):
+    """A row-wise dot product ``sum[j] a[i,j] * b[j,i]`` that the lowering runs as a batched
+    matmul of 1 x k x 1 matrices, ``b``'s column read with a stride."""
+    import ir
+    return ir.parse(f"in0: f32[64, {k}]\nin1: f32[{k}, 64]\n"
+                    "out[i] = sum[j] in0[i,j] * in1[j,i]")
+
+
+def test_a_strided_matrix_operand_is_seen_where_blas_would_pack_it():
+    wide = _row_dots(512)
+    calls = [c for c in lowered.trace_calls(wide) if c[0] in lowered.MATMUL]
+    assert [str(c[0]) for c in calls] == ["aten.bmm.default"]
+    assert any(lowered._strided_operand(t) for t in calls[0][1])
+    assert feature(wide, "log_strided_matrices") == pytest.approx(math.log2(1 + 64))
+    assert feature(wide, "log_tiny_bmm_flops") == 0
     mm = ops.matmul(Tensor("a", (64, 32)), Tensor("b", (32, 64)))
     assert feature(mm, "log_strided_matrices") == 0
+
+
+def test_a_tiny_batched_matmul_is_torchs_in_place_loop_not_blas():
+    narrow = _row_dots(96)  # 1 x 96 x 1 < lowered.TINY_BMM: torch loops, no packing
+    assert feature(narrow, "log_tiny_bmm_flops") == pytest.approx(math.log2(1 + 2 * 64 * 96))
+    assert feature(narrow, "log_strided_matrices") == 0
+    assert feature(narrow, "log_small_matmul_flops") == 0
+
+
+def test_one_by_one_convolutions_are_counted_apart():
+    both = build("F.conv2d(x, w) + F.conv2d(x, v, padding=1)",
+                 {"x": (2, 8, 6, 6), "w": (4, 8, 1, 1), "v": (4, 8, 3, 3)})
+    assert feature(both, "conv_calls") == 2
+    assert feature(both, "pointwise_convs") == 1
+
+
+def test_each_thread_count_has_its_own_roofline():
+    # a per-call cost that only two threads pay (oneDNN's 1x1 convolutions on this CPU)
+    rng = np.random.default_rng(0)
+    X = np.zeros((80, len(lowered.NAMES)))
+    X[:, lowered.column("threads")] = np.repeat([1, 2], 40)
+    X[:, lowered.column("kernels")] = rng.integers(1, 5, 80)
+    X[:, lowered.column("pointwise_convs")] = rng.integers(0, 3, 80)
+    seconds = 1e-5 * X[:, lowered.column("kernels")] + np.where(
+        X[:, lowered.column("threads")] == 2, 1e-4 * X[:, lowered.column("pointwise_convs")], 0)
+    rooflines = fit_rooflines(X, np.log(seconds))
+    assert set(rooflines) == {"1", "2"}
+    assert rooflines["2"]["pointwise_conv_s"] > 30 * rooflines["1"]["pointwise_conv_s"]
+    assert np.allclose(np.exp(roofline_log_seconds(X, rooflines)), seconds, rtol=0.05)
+    four = X[40:].copy()  # a count never trained on takes the nearest count's rates
+    four[:, lowered.column("threads")] = 4
+    assert np.allclose(roofline_log_seconds(four, rooflines), roofline_log_seconds(X[40:], rooflines))
 
 
 @pytest.fixture(scope="module")
