@@ -158,7 +158,8 @@ class OptimizedFunction(functools.partial):
 
 def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: bool = True,
              budget_s: float = 2.0, max_nodes: int = 20_000, candidates: int = 4,
-             measure_cap_s: float = 0.5, cache: bool = True, cache_dir: str | None = None,
+             measure_top: int = 2, measure_cap_s: float = 0.5, cache: bool = True,
+             cache_dir: str | None = None,
              verbose: bool = False, progress: bool | str = "auto",
              dynamic: bool | None = None):
     """Optimize a torch function or ``nn.Module``; use bare (``@optimize``) or with options.
@@ -168,14 +169,17 @@ def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: boo
     inductor: compile the rewritten graph with Inductor (default); False runs it as is.
     budget_s: derivation time per graph, shared by its regions in order of expected gain.
     max_nodes: e-graph size per region.
-    candidates / measure_cap_s: how many derived programs are measured, seconds each.
+    candidates: how many derived programs are extracted per region.
+    measure_top / measure_cap_s: how many of them are measured -- the candidate ranker's best
+      ``measure_top``, more where its estimates are close -- and seconds of timing each.
     cache / cache_dir: the persistent decision cache (default $OLLIE_CACHE_DIR or per user).
     progress: a progress line while deriving and measuring ("auto": if stderr is a terminal).
     verbose: print each region's decision (the ``ollie`` log, ``TORCH_LOGS="+ollie"``).
     dynamic: as torch.compile's (None: a size that varies becomes symbolic on recompile).
     """
     options = Options(backend=backend, inductor=inductor, budget_s=budget_s,
-                      max_nodes=max_nodes, candidates=candidates, measure_cap_s=measure_cap_s,
+                      max_nodes=max_nodes, candidates=candidates, measure_top=measure_top,
+                      measure_cap_s=measure_cap_s,
                       cache=cache, cache_dir=cache_dir, verbose=verbose, progress=progress)
     register()
     if dynamic not in (None, True, False):

@@ -19,6 +19,7 @@ class Options:
     budget_s: float = 2.0          # derivation time per graph, shared by its regions
     max_nodes: int = 20_000        # e-graph node budget per region
     candidates: int = 4            # distinct candidates extracted per region
+    measure_top: int = 2           # the ranker's best candidates measured (more where it is unsure)
     measure_cap_s: float = 0.5     # seconds of timing per candidate
     cache: bool = True             # persistent disk cache of decisions
     cache_dir: str | None = None   # default: $OLLIE_CACHE_DIR or the per-user cache folder
@@ -33,7 +34,7 @@ class Options:
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"ollie: {name} must be a finite number > 0, got {value!r}")
-        for name in ("max_nodes", "candidates"):
+        for name in ("max_nodes", "candidates", "measure_top"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"ollie: {name} must be a positive integer, got {value!r}")

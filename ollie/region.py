@@ -243,7 +243,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         region.expr, derived, cost_model.candidate_ranker(options.cache_dir),
         gain=lambda c: c.cost < report.cost_before * 0.95 or options.inductor and
         _contraction_flops(_lowered_contractions(c)) < ADOPTION_MARGIN * original_flops,
-        fused=options.inductor, gate=not options.inductor)
+        fused=options.inductor, gate=not options.inductor, top=options.measure_top)
     promising = selection.to_measure + second_opinion
     report.unmeasured = selection.skipped
     if not promising:

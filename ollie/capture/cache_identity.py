@@ -19,7 +19,8 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ollie import cache
 
-DECISION_OPTIONS = ("backend", "inductor", "budget_s", "max_nodes", "candidates")
+DECISION_OPTIONS = ("backend", "inductor", "budget_s", "max_nodes", "candidates",
+                    "measure_top")
 
 
 class CacheIdentity(CustomGraphPass):

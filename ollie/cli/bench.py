@@ -61,6 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="multiply the problem sizes by this factor (e.g. 0.1 for a quick run)")
     p.add_argument("--budget-s", type=positive_float, default=2.0,
                    help="Ollie's derivation budget")
+    p.add_argument("--measure-top", type=positive_int, default=2,
+                   help="Ollie measures the candidate ranker's best N per region, more where "
+                   "its estimates are close (default 2; a large N measures every promising "
+                   "candidate)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     p.add_argument("--suite", choices=("cpu", "kernels", "models", "sizes", "gpu"),
                    default="cpu",
@@ -107,6 +111,12 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:120]
 
 
+def measured_candidates(backend) -> tuple[int, int]:
+    """(regions derived, candidates timed in them) of a backend's graphs so far."""
+    derived = [r for report in backend.reports for r in report.regions if not r.cached]
+    return len(derived), sum(len(r.measured) for r in derived)
+
+
 def _ollie_plan(optimized) -> str:
     """What runs, graph by graph (``ollie.capture.report.summary``)."""
     from ollie.capture.report import summary
@@ -144,7 +154,7 @@ def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict
 
 
 def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
-             use_compile: bool, export: bool = False) -> dict:
+             use_compile: bool, export: bool = False, measure_top: int = 2) -> dict:
     import torch
 
     import ollie
@@ -178,7 +188,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     else:
         row["compile_note"] = "skipped"
 
-    optimized = ollie.optimize(own_code(fn, name), budget_s=budget_s)
+    optimized = ollie.optimize(own_code(fn, name), budget_s=budget_s, measure_top=measure_top)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -189,6 +199,7 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
     row["allowed_error"] = tolerance(fn, args, expected)
     row["match"] = row["max_rel_error"] <= row["allowed_error"]
     row["ollie_plan"] = _ollie_plan(optimized)
+    row["regions_derived"], row["candidates_measured"] = measured_candidates(optimized.backend)
     row["ollie_warnings"] = [str(w.message).splitlines()[0] for w in caught]
     variants["ollie"] = lambda: optimized(*args)
     if export:
@@ -351,7 +362,8 @@ def run(args, out=None) -> int:
             progress.update(task, description=f"bench: {case.name}")
             try:
                 rows.append(run_case(case, args.scale, args.repeat, args.budget_s,
-                                     not args.no_compile, getattr(args, "export", False)))
+                                     not args.no_compile, getattr(args, "export", False),
+                                     args.measure_top))
             except Exception as e:  # one broken case must not hide the others' results
                 rows.append({"case": case.name, "description": case.description,
                              "error": _first_line(e)})

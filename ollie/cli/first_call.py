@@ -5,11 +5,12 @@ with fresh caches (Inductor's, AOTAutograd's and Ollie's own), each in its own p
 each runs once more in a second process with the caches the first one left (a warm start),
 where Ollie must neither derive nor measure. The child process is this module:
 
-    python -m ollie.cli.first_call SUITE CASE VARIANT
+    python -m ollie.cli.first_call SUITE CASE VARIANT [MEASURE_TOP]
 
 prints one JSON line: the first call's seconds, the regions derived and the comparisons timed,
-Inductor's compiles and their seconds, and (Ollie's) the regions reused from the cache, the
-operators left underived, and the derivation's seconds against the graphs' budget.
+Inductor's compiles and their seconds, and (Ollie's) the candidates measured in the derived
+regions, the regions reused from the cache, the operators left underived, and the
+derivation's seconds against the graphs' budget.
 """
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ import time
 VARIANTS = ("compile", "ollie")
 
 
-def child(suite: str, case_name: str, variant: str) -> dict:
+def child(suite: str, case_name: str, variant: str, measure_top: str = "2") -> dict:
     import torch
     from torch._dynamo.utils import compilation_time_metrics, counters
 
     import ollie
-    from ollie.cli.bench import suite_cases
+    from ollie.cli.bench import measured_candidates, suite_cases
     from ollie.cost import measure
 
     compares = []
@@ -41,7 +42,8 @@ def child(suite: str, case_name: str, variant: str) -> dict:
     measure.compare = counted
     fn, args = suite_cases(suite)[1][case_name].make(1.0)
     t0 = time.perf_counter()
-    compiled = torch.compile(fn) if variant == "compile" else ollie.optimize(fn)
+    compiled = torch.compile(fn) if variant == "compile" else ollie.optimize(
+        fn, measure_top=int(measure_top))
     with torch.no_grad():
         compiled(*args)
     seconds = time.perf_counter() - t0
@@ -50,8 +52,8 @@ def child(suite: str, case_name: str, variant: str) -> dict:
            "inductor_s": sum(compilation_time_metrics.get("compile_fx_inner", ()))}
     if variant == "ollie":
         regions = [r for report in compiled.backend.reports for r in report.regions]
-        out.update(derived=sum(not r.cached for r in regions),
-                   reused=sum(r.cached for r in regions),
+        out["derived"], out["measured"] = measured_candidates(compiled.backend)
+        out.update(reused=sum(r.cached for r in regions),
                    derive_s=sum(r.derive_s for r in regions if not r.cached),
                    budget_s=compiled.backend.options.budget_s * len(compiled.backend.reports),
                    not_derived=sum(why.startswith("translated, not derived")
@@ -85,8 +87,8 @@ def run(suite: str, cases, args, out) -> int:
         for variant in VARIANTS:
             with tempfile.TemporaryDirectory(prefix="ollie-first-call-") as caches:
                 for name in (variant, variant + "_warm"):  # cold, then the caches it left
-                    row[name] = spawn("ollie.cli.first_call", [suite, case.name, variant],
-                                      caches)
+                    row[name] = spawn("ollie.cli.first_call",
+                                      [suite, case.name, variant, str(args.measure_top)], caches)
         rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
@@ -96,8 +98,8 @@ def run(suite: str, cases, args, out) -> int:
     for col in ("case", "compile cold", "ollie cold", "ollie/compile", "compile warm",
                 "ollie warm", "ollie/compile", "ollie warm: derived, timed",
                 "cold Inductor compiles (s): compile / ollie",
-                "ollie cold: regions derived, reused; operators not derived; derivation s "
-                "(budget)"):
+                "ollie cold: regions derived (candidates measured), reused; operators not "
+                "derived; derivation s (budget)"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for r in rows:
         cells = [r["case"]]
@@ -110,7 +112,8 @@ def run(suite: str, cases, args, out) -> int:
         cells.append(" / ".join(f"{v['inductor_compiles']} ({v['inductor_s']:.1f})"
                                 if "inductor_s" in v else "—"
                                 for v in (r["compile"], cold)))
-        cells.append(f"{cold['derived']}, {cold['reused']}; {cold['not_derived']}; "
+        cells.append(f"{cold['derived']} ({cold['measured']}), {cold['reused']}; "
+                     f"{cold['not_derived']}; "
                      f"{cold['derive_s']:.1f} ({cold['budget_s']:g})" if "reused" in cold
                      else "—")
         table.add_row(*cells)
@@ -123,4 +126,4 @@ def _s(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    print(json.dumps(child(*sys.argv[1:4])))
+    print(json.dumps(child(*sys.argv[1:5])))

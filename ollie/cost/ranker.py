@@ -31,6 +31,7 @@ from ollie.cost import lowered
 from ollie.cost.learned import (
     DATA_DIR, PARAMS, load_booster, load_tuned_or_default, save_booster,
 )
+from ollie.options import Options
 
 RANK_MODEL = DATA_DIR / "rank_model.txt"
 RANK_DATASET = DATA_DIR / "rank_dataset.jsonl.gz"
@@ -203,7 +204,7 @@ def train_default() -> Ranker:
 
 
 # -- using it: measure less -----------------------------------------------------------------------
-MEASURE_TOP = 2     # candidates measured whatever the estimates say
+MEASURE_TOP = Options.measure_top  # candidates measured whatever the estimates say
 UNSURE = 1.25       # further candidates estimated within this factor of the best are measured too
 WORTH = 0.95        # a candidate estimated above this share of the original's time is no gain
 
@@ -218,7 +219,8 @@ class Selection:
 
 def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
            gain: Callable[[object], bool] = lambda c: False,
-           threads: int | None = None, fused: bool = False, gate: bool = True) -> Selection:
+           threads: int | None = None, fused: bool = False, gate: bool = True,
+           top: int = MEASURE_TOP) -> Selection:
     """Which candidates (objects with ``.program``) to measure, best first.
 
     Candidates doing the same work as the original or as another are dropped. A candidate
@@ -227,7 +229,7 @@ def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
     to lower, or calls operators the ranker was never trained on). The ranker prices the
     program run uncompiled: where a compiler fuses the work around the contractions, its
     gains there are not the compiled program's, and the caller passes ``gate=False``. Of
-    those worth it, the ranker's top ``MEASURE_TOP``, then any estimated within ``UNSURE``
+    those worth it, the ranker's ``top``, then any estimated within ``UNSURE``
     of the best (estimates that close do not decide), and the unpriced. Without a ranker:
     the candidates ``gain`` accepts, as given."""
     everything = candidates
@@ -244,7 +246,7 @@ def select(original: ir.Scope, candidates: Sequence, ranker: "Ranker | None",
         math.isnan(est[i]) or est[i] < WORTH * original_s)]
     priced = sorted((i for i in worth if not math.isnan(est[i])), key=lambda i: est[i])
     chosen = [i for rank, i in enumerate(priced)
-              if rank < MEASURE_TOP or est[i] <= UNSURE * est[priced[0]]]
+              if rank < top or est[i] <= UNSURE * est[priced[0]]]
     chosen += [i for i in worth if math.isnan(est[i])]
     return Selection([candidates[i] for i in chosen], [est[i] for i in chosen], original_s,
                      len(everything) - len(chosen))

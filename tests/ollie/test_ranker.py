@@ -133,6 +133,11 @@ def test_select_measures_the_top_two_and_close_estimates_only():
     assert "e" not in picked                      # no gain over the original
     assert picked[-1] == "f"                      # unpriced: measured
     assert sel.skipped == len(cands) - len(picked)
+    # a wider measurement budget (``Options.measure_top``) measures further down the order
+    wider = [c.program for c in select("orig", cands, FakeRanker(times), top=3).to_measure]
+    assert wider == ["b", "d", "c", "f"]
+    assert [c.program for c in select("orig", cands, FakeRanker(times), top=1).to_measure] \
+        == ["b", "d", "f"]  # "d" within UNSURE of "b": close estimates do not decide
     # where the ranker sees no gain at all, extraction's own estimate still gets one measured
     slow = {name: 20.0 + k for k, name in enumerate("abcdef")} | {"orig": 10.0}
     assert select("orig", cands, FakeRanker(slow)).to_measure == []

@@ -179,6 +179,9 @@ def test_bad_options_are_rejected_at_decoration():
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="budget_s must be a finite number > 0"):
             ollie.optimize(budget_s=bad)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="measure_top must be a positive integer"):
+            ollie.optimize(measure_top=bad)
 
 
 def test_module_level_explain_accepts_plain_functions():
