@@ -41,6 +41,7 @@ class RegionReport:
     cost_after: float = 0.0
     derivation: Any = None               # derivations' report (e-graph size, time, stop reason)
     derive_s: float = 0.0
+    measure_s: float = 0.0               # seconds timing its candidates and the original
     error: float | None = None           # max relative error against eager
     eager_s: float | None = None
     ollie_s: float | None = None
@@ -93,6 +94,9 @@ class RegionReport:
                          " (figures below are the stored ones)")
         if self.derivation is not None:
             lines.append(f"  derivation: {self.derivation}")
+        if self.measure_s:
+            lines.append(f"  measuring: {len(self.measured)} candidate(s) and the original, "
+                         f"{self.measure_s:.2f} s")
         for chain, cost, ranked, ok, seconds, note in self.measured:
             ranker_says = f", ranker {_us(ranked)}" if math.isfinite(ranked) else ""
             lines.append(f"  candidate {' → '.join(chain) or '(original)'}, est. {_us(cost)}"
@@ -249,6 +253,18 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
     if not promising:
         report.decision = NOT_CHEAPER
         return
+    t0 = time.perf_counter()
+    try:
+        _measure_and_decide(report, region, reference, tensors, expected, options, show, start,
+                            selection, promising)
+    finally:
+        report.measure_s = time.perf_counter() - t0
+
+
+def _measure_and_decide(report, region, reference, tensors, expected, options, show, start,
+                        selection, promising) -> None:
+    """Time the promising candidates (on each backend), then the fastest correct one against
+    the original; adopt it if it leads by the margin."""
     results, labels = [], []
     backends = _backends(options, tensors)
     total = len(backends) * len(promising)

@@ -52,7 +52,9 @@ def child(suite: str, case_name: str, variant: str, measure_top: str = "2") -> d
            "inductor_s": sum(compilation_time_metrics.get("compile_fx_inner", ()))}
     if variant == "ollie":
         regions = [r for report in compiled.backend.reports for r in report.regions]
-        out["derived"], out["measured"] = measured_candidates(compiled.backend)
+        measured = measured_candidates(compiled.backend)
+        out.update(derived=measured["regions_derived"], measured=measured["candidates_measured"],
+                   measure_s=measured["measure_s"])
         out.update(reused=sum(r.cached for r in regions),
                    derive_s=sum(r.derive_s for r in regions if not r.cached),
                    budget_s=compiled.backend.options.budget_s * len(compiled.backend.reports),
@@ -98,8 +100,8 @@ def run(suite: str, cases, args, out) -> int:
     for col in ("case", "compile cold", "ollie cold", "ollie/compile", "compile warm",
                 "ollie warm", "ollie/compile", "ollie warm: derived, timed",
                 "cold Inductor compiles (s): compile / ollie",
-                "ollie cold: regions derived (candidates measured), reused; operators not "
-                "derived; derivation s (budget)"):
+                "ollie cold: regions derived (candidates measured, seconds measuring), "
+                "reused; operators not derived; derivation s (budget)"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for r in rows:
         cells = [r["case"]]
@@ -112,7 +114,8 @@ def run(suite: str, cases, args, out) -> int:
         cells.append(" / ".join(f"{v['inductor_compiles']} ({v['inductor_s']:.1f})"
                                 if "inductor_s" in v else "—"
                                 for v in (r["compile"], cold)))
-        cells.append(f"{cold['derived']} ({cold['measured']}), {cold['reused']}; "
+        cells.append(f"{cold['derived']} ({cold['measured']}, {cold['measure_s']:.1f}), "
+                     f"{cold['reused']}; "
                      f"{cold['not_derived']}; "
                      f"{cold['derive_s']:.1f} ({cold['budget_s']:g})" if "reused" in cold
                      else "—")

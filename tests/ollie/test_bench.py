@@ -24,6 +24,7 @@ def test_bench_json_rows(capsys, monkeypatch):
                 "compile_over_ollie", "max_rel_error", "match", "ollie_plan"):
         assert key in row
     assert row["regions_derived"] >= 1 and row["candidates_measured"] >= 0
+    assert row["measure_s"] >= 0 and (row["measure_s"] > 0) == (row["candidates_measured"] > 0)
     assert row["case"] == "matmul_sum" and row["match"] is True
     assert row["compile_ms"] is not None or row["compile_note"].startswith("failed")
 
@@ -144,5 +145,6 @@ def test_first_call_child_reports_what_ollie_derived_reused_and_left(tmp_path):
     row = json.loads(result.stdout.strip().splitlines()[-1])
     assert row["seconds"] > 0 and row["derived"] >= 1 and row["reused"] == 0
     assert row["measured"] >= 1  # the region's derived forms (u.sum() * v.sum()) were timed
+    assert 0 < row["measure_s"] < row["seconds"]
     assert row["compares"] >= 1 and row["budget_s"] == 2.0  # one graph, the default budget
     assert 0 < row["derive_s"] and row["not_derived"] >= 0
