@@ -238,17 +238,20 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         if not derived and not second_opinion:
             report.decision = GLUE_ONLY
             return
-    # Extraction's estimate admits a candidate; under Inductor, so do fewer multiply-adds in
-    # its contractions; without Inductor, so does the ranker's estimate. The ranker orders
-    # them by what their lowering runs: its best one or two are measured (more where its
-    # estimates are close), and the analytic cost's pick.
+    # Extraction's estimate admits a candidate, and the analytic cost's pick; under Inductor,
+    # so do fewer multiply-adds in its contractions; without Inductor, so does the ranker's
+    # estimate. The ranker orders them all by what their lowering runs: its best
+    # ``measure_top`` are measured, more where its estimates are close, and any it cannot
+    # price (operators it never saw).
     original_flops = _contraction_flops(original)
+    analytic = {id(c) for c in second_opinion}
     selection = ranker.select(
-        region.expr, derived, cost_model.candidate_ranker(options.cache_dir),
-        gain=lambda c: c.cost < report.cost_before * 0.95 or options.inductor and
+        region.expr, derived + second_opinion, cost_model.candidate_ranker(options.cache_dir),
+        gain=lambda c: id(c) in analytic or c.cost < report.cost_before * 0.95 or
+        options.inductor and
         _contraction_flops(_lowered_contractions(c)) < ADOPTION_MARGIN * original_flops,
         fused=options.inductor, gate=not options.inductor, top=options.measure_top)
-    promising = selection.to_measure + second_opinion
+    promising = selection.to_measure
     report.unmeasured = selection.skipped
     if not promising:
         report.decision = NOT_CHEAPER
