@@ -358,8 +358,8 @@ def _contractions_unchanged(original: list, candidate) -> bool:
 def _analytic_pick(original: ir.Scope, derivation, candidates: list, cost) -> list:
     """The program the analytic (flops and bytes) cost likes best, when the learned model
     left it out of its top k: a second opinion for programs unlike the model's training
-    data (a banded product joined from chunks, say). It is priced by the learned model like
-    the others and only measurement decides."""
+    data (a banded product joined from chunks, say). It is priced by the learned model and
+    ordered by the candidate ranker like the others, and only measurement decides."""
     analytic = ir.analysis.analytic_cost
     best = derivation.candidates(1, analytic, verify_limit=QUICK_CHECK)[0]
     if not best.rule_chain or \
