@@ -54,8 +54,7 @@ def child(suite: str, case_name: str, variant: str, measure_top: str = "2") -> d
         regions = [r for report in compiled.backend.reports for r in report.regions]
         measured = measured_candidates(compiled.backend)
         out.update(derived=measured["regions_derived"], measured=measured["candidates_measured"],
-                   measure_s=measured["measure_s"])
-        out.update(reused=sum(r.cached for r in regions),
+                   measure_s=measured["measure_s"], reused=sum(r.cached for r in regions),
                    derive_s=sum(r.derive_s for r in regions if not r.cached),
                    budget_s=compiled.backend.options.budget_s * len(compiled.backend.reports),
                    not_derived=sum(why.startswith("translated, not derived")
