@@ -4,15 +4,17 @@ EinNet's guided rules aim explorative ones at *instantiable* forms: a derivation
 when it leaves a library operator (Matmul, BatchMatmul, Conv, G2BMM, GBMM) plus memory-bound
 eOperators. Here that is a filter on the results of every index rule (:class:`Guide`):
 
-* rules that branch (a result per subset of summation iterators, per range, per factor, per
-  pair of dims: :data:`STEERED`) keep only results that create a scope matching a target
+Each ``IndexRule`` row names its kind:
+
+* ``"steered"`` rules branch (a result per subset of summation iterators, per range, per
+  factor, per pair of dims) and keep only results that create a scope matching a target
   operator and reading more plainly (:func:`index_complexity`) than the scope rewritten --
   a conv's windows becoming a Matmul, a dilated band a dense one, never a Matmul reshaped;
-* the algebra of sums and products (:data:`ALGEBRA`: canonical forms) is kept as is;
-* the rest (inlining) keeps results that destroy no library operator, or whose loss one
-  steered step repays with at most half the iteration points (inlining a zero-upsample into
-  the conv reading it loses the conv, but the Matmul it enables skips the zeros; inlining a
-  layout eOperator back into the dense operator it feeds is never kept).
+* ``"canonical"`` rules, the algebra of sums and products, are kept as they are;
+* ``"plain"`` ones (inlining) keep results that destroy no library operator, or whose loss
+  one steered step repays with at most half the iteration points (inlining a zero-upsample
+  into the conv reading it loses the conv, but the Matmul it enables skips the zeros;
+  inlining a layout eOperator back into the dense operator it feeds is never kept).
 
 Iterator tables make this cheap and blind to names, sizes and dim order. ``operators``
 names what each scope of a program instantiates (``classify``), for candidates and reports.
@@ -27,20 +29,12 @@ import sympy
 from ir.analysis import iteration_points
 from ir.nodes import Reduce, Scope, accesses, free_iterators, product_factors, sub_scopes
 from ir.patterns import classify
-from derivations.index_rules import IndexRule
+from derivations.index_rules import CANONICAL, STEERED, IndexRule
 from derivations.rules.iterator_split import suggest_factors
 
-__all__ = ["TARGETS", "STEERED", "ALGEBRA", "operators", "library_count", "index_complexity", "Guide",
-           "guide"]
+__all__ = ["TARGETS", "operators", "library_count", "index_complexity", "Guide", "guide"]
 
 TARGETS = frozenset({"matmul", "batch_matmul", "conv", "g2bmm", "gbmm"})
-# Rules that branch (a result per subset, per factor, per dim pair): kept only when they
-# instantiate an operator.
-STEERED = frozenset({"substitute", "tighten", "relax", "split_iterator", "layout_split",
-                     "layout_merge", "layout_permute", "merge_traversal", "densify"})
-# The algebra of sums and products: canonical forms that converge on their own; what they
-# undo (two Matmuls fused into one sum) is what factoring needs (A@B + A@C = A@(B+C)).
-ALGEBRA = frozenset({"split_terms", "fuse_terms", "hoist", "distribute", "factor"})
 
 _CLASS: dict[Scope, str] = {}
 
@@ -85,7 +79,7 @@ class Guide:
     """The filter the index pass applies to each rule's results (see the module doc)."""
 
     def __init__(self, rules: Iterable[IndexRule] = ()):
-        self.steered = tuple(r for r in rules if r.name in STEERED)
+        self.steered = tuple(r for r in rules if r.kind == STEERED)
 
     def __call__(self, rule: IndexRule, scope: Scope, results: list[Scope]) -> list[Scope]:
         before = set(sub_scopes(scope))
@@ -99,11 +93,12 @@ class Guide:
             if any(_classify(s) in TARGETS and index_complexity(s) < bar for s in added):
                 kept.append(r)
                 continue
-            if rule.name in STEERED:
+            if rule.kind == STEERED:
                 if 2 * sum(contraction_points(s) for s in added) <= contraction_points(scope):
                     kept.append(r)  # it halves the work (a stacked piece's one slot)
                 continue
-            if rule.name in ALGEBRA:
+            if rule.kind == CANONICAL:  # converges on its own; what it undoes (two
+                # Matmuls fused into one sum) is what factoring needs (A@B + A@C = A@(B+C))
                 kept.append(r)
                 continue
             lost = [s for s in before - after if s is not scope and _classify(s) in TARGETS]

@@ -49,7 +49,7 @@ from ir.nodes import (  # noqa: F401 - product helpers re-exported for the rule 
 )
 
 __all__ = [
-    "IndexRule", "fresh_name", "renamed", "index_bounds", "product_factors", "build_product",
+    "IndexRule", "STEERED", "CANONICAL", "PLAIN", "fresh_name", "renamed", "index_bounds", "product_factors", "build_product",
     "zero_guards", "zero_at", "zero_everywhere", "alive_interval", "live_range", "map_indices",
     "substitute", "rename_iters",
     "scope_like", "hint_of", "ENUMERATE_LIMIT", "SEP", "DEADLINE", "time_left", "check_time",
@@ -57,13 +57,27 @@ __all__ = [
 ]
 
 
+STEERED, CANONICAL, PLAIN = "steered", "canonical", "plain"  # the kinds of index rules
+
+
 @dataclass(frozen=True)
 class IndexRule:
-    """A named rewrite of one scope into equivalent scopes (see the module's contract)."""
+    """A named rewrite of one scope into equivalent scopes (see the module's contract).
+
+    ``kind`` says how the guide (``derivations.guided``) keeps its results: ``"steered"``
+    rules branch (a result per subset, per factor, per dim pair) and are kept only where they
+    instantiate an operator or halve the work; ``"canonical"`` rules (the algebra of sums and
+    products) converge on their own and are always kept; ``"plain"`` ones where they lose no
+    operator's work. ``default``: whether the default schedule runs it."""
 
     name: str
     reason: str
     apply: Callable[[Scope], Iterable[Scope]]
+    kind: str = PLAIN
+    default: bool = True
+
+    def __post_init__(self):
+        assert self.kind in (STEERED, CANONICAL, PLAIN), f"{self.name}: unknown kind {self.kind!r}"
 
     def __repr__(self) -> str:
         return f"IndexRule({self.name!r}: {self.reason})"

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 from ir.canonical import fingerprint
 from ir.nodes import Access, Scope, sub_scopes
 
-from derivations.index_rules import IndexRule
+from derivations.index_rules import STEERED, IndexRule
 from derivations.rules.iterator_split import (
     SPLIT_RULES, is_layout, map_accesses, split, suggest_factors,
 )
@@ -113,11 +113,10 @@ def densify(scope: Scope) -> Iterator[Scope]:
 
 DENSIFY = IndexRule(
     "densify", "guided: split by a suggested stride/dilation, re-layout the reads it makes dense, "
-    "merge the residues into batch dims", densify)  # split; layout_split*; merge_traversal*; fuse
+    "merge the residues into batch dims", densify, kind=STEERED)
+# split; layout_split*; merge_traversal*; fuse
 INDEX_RULES = SPLIT_RULES + LAYOUT_RULES + (DENSIFY,)  # every rule of these modules
-# For the default schedule: layout_permute is left out (it fires on most scopes and finds
-# nothing the matchers need: they are blind to dim order), the rest is cheap and converges.
-DEFAULT_INDEX_RULES = tuple(r for r in INDEX_RULES if r.name != "layout_permute")
+DEFAULT_INDEX_RULES = tuple(r for r in INDEX_RULES if r.default)
 
 
 def derive_layout_variants(scope: Scope, rules: Iterable[IndexRule] = INDEX_RULES,

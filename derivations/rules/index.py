@@ -6,7 +6,7 @@ egglog iterations (:mod:`derivations.index_pass`).
 """
 from __future__ import annotations
 
-from derivations.index_rules import IndexRule
+from derivations.index_rules import CANONICAL, STEERED, IndexRule
 from derivations.rules.bounds import relax, tighten
 from derivations.rules.digits import split_digits
 from derivations.rules.fusion import distribute, factor, fuse_terms, hoist, split_terms
@@ -18,35 +18,37 @@ from derivations.rules.substitution import substitutions
 SUBSTITUTE = IndexRule(
     "substitute", "variable substitution + summation splitting: sum over S2 in an inner scope "
     "over fresh iterators for the index expressions that do not read S2",
-    substitutions)  # sum[S] F*G(e(t,s)) = sum[S-S2] F * W[e(t,s)],  W[x] = sum[S2] G(x)
+    substitutions, kind=STEERED)
+# sum[S] F*G(e(t,s)) = sum[S-S2] F * W[e(t,s)],  W[x] = sum[S2] G(x)
 TIGHTEN = IndexRule(
     "tighten", "boundary tightening: shrink ranges to where the reads that zero the body are "
-    "in bounds", tighten)  # sum[r in 0:9] A[r-1]*B = sum[r' in 1:9] A[r'-1]*B  (A has 0:7)
+    "in bounds", tighten, kind=STEERED)
+# sum[r in 0:9] A[r-1]*B = sum[r' in 1:9] A[r'-1]*B  (A has 0:7)
 RELAX = IndexRule(
     "relax", "boundary relaxing: grow ranges over points where the body is zero (padding)",
-    relax)  # sum[r in 0:5] K[r]*X = sum[r' in 0:6] K[r']*X  (K[5] is out of bounds: 0)
+    relax, kind=STEERED)  # sum[r in 0:5] K[r]*X = sum[r' in 0:6] K[r']*X  (K[5] out of bounds: 0)
 INLINE_READ = IndexRule(
     "inline_read", "traversal merging: inline a scope read at index expressions, with an "
     "explicit guard where its range mattered", inline_reads)  # S[e] -> body(S)[u := e]
 SPLIT_TERMS = IndexRule(
     "split_terms", "expression splitting: a sum of terms becomes one scope per term",
-    split_terms)  # sum[s] (P + Q) = A + B,  A = sum[s] P,  B = sum[s] Q
+    split_terms, kind=CANONICAL)  # sum[s] (P + Q) = A + B,  A = sum[s] P,  B = sum[s] Q
 FUSE_TERMS = IndexRule(
     "fuse_terms", "expression fusion: scopes with equal summation ranges added become one",
-    fuse_terms)  # A[t] + B[t] = sum[s] (P + Q)   when A = sum[s] P, B = sum[s'] Q, s ~ s'
+    fuse_terms, kind=CANONICAL)  # A[t] + B[t] = sum[s] (P + Q)  when A = sum[s] P, B = sum[s'] Q
 JOIN_RANGES = IndexRule(
     "join_ranges", "range joining: pieces of one computation over adjacent ranges (a cat of "
     "chunks, a sum of chunked sums) become one scope over their union",
     join_ranges)  # A[t] + B[t-8] = J[t]   when B(u) = A-body(u+8) and the ranges abut
 HOIST = IndexRule(
     "hoist", "expression splitting: a computed factor reading fewer iterators becomes a tensor",
-    hoist)  # sum[k] A[i,k]*(B[k,j] + C[k,j]) = sum[k] A[i,k]*H[k,j],  H = B + C
+    hoist, kind=CANONICAL)  # sum[k] A[i,k]*(B[k,j] + C[k,j]) = sum[k] A[i,k]*H[k,j],  H = B + C
 DISTRIBUTE = IndexRule(
     "distribute", "distributivity: a product of sums expanded (canonical polynomial form)",
-    distribute)  # (a + b) * c = a*c + b*c
+    distribute, kind=CANONICAL)  # (a + b) * c = a*c + b*c
 FACTOR = IndexRule(
     "factor", "factoring: common factors of a sum of products pulled out (canonical form)",
-    factor)  # a*c + b*c = (a + b) * c,  then split moves sums inward past c
+    factor, kind=CANONICAL)  # a*c + b*c = (a + b) * c,  then split moves sums inward past c
 
 BROADCAST = IndexRule(
     "broadcast", "a reduction that ignores an output iterator is computed once and broadcast",

@@ -32,7 +32,7 @@ import sympy
 from ir.index_math import Ranges, decompose, index_range, safe_mod, simplify_index
 from ir.nodes import Access, Binary, Expr, Iter, Reduce, Scope, Unary, accesses, affine_terms
 
-from derivations.index_rules import SEP, IndexRule, fresh_name, zero_guards
+from derivations.index_rules import SEP, STEERED, IndexRule, fresh_name, zero_guards
 
 __all__ = [
     "suggest_factors", "split", "split_iterators", "index_range", "simplify_index",
@@ -204,5 +204,6 @@ def split_iterators(scope: Scope) -> Iterator[Scope]:
 SPLIT_ITERATOR = IndexRule(
     "split_iterator",
     "iterator splitting: i = a*i1 + i2 for the factors a the index strides suggest",
-    split_iterators)  # S[i] = S'[i//a, i%a] with S'[i1, i2] = S[a*i1 + i2];  sum[i] = sum[i1, i2]
+    split_iterators, kind=STEERED)
+# S[i] = S'[i//a, i%a] with S'[i1, i2] = S[a*i1 + i2];  sum[i] = sum[i1, i2]
 SPLIT_RULES = (SPLIT_ITERATOR,)

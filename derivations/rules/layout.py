@@ -34,7 +34,7 @@ import sympy
 
 from ir.nodes import Access, Iter, Scope, accesses, affine_terms
 
-from derivations.index_rules import SEP, IndexRule, fresh_name
+from derivations.index_rules import SEP, STEERED, IndexRule, fresh_name
 from derivations.rules.iterator_split import (
     decompose, index_range, is_layout, map_accesses, ranges_of, reads_outside,
     rewrite_indices, simplify_index, subst, tagged,
@@ -300,16 +300,21 @@ def fuse_layouts(scope: Scope) -> Iterator[Scope]:
 
 LAYOUT_SPLIT = IndexRule(
     "layout_split", "data layout: a dim read at a*X + Y becomes dims (Y, X) of a layout eOperator",
-    layout_splits)      # x[.., a*X + Y, ..] = L[.., Y, X, ..],  L[.., y, t, ..] = x[.., a*t+y, ..]
+    layout_splits, kind=STEERED)
+# x[.., a*X + Y, ..] = L[.., Y, X, ..],  L[.., y, t, ..] = x[.., a*t+y, ..]
 LAYOUT_MERGE = IndexRule(
     "layout_merge", "data layout: dims read at (E//Q, E%Q) become one dim read at E",
-    layout_merges)      # x[E//Q + al, E%Q + be] = L[E],  L[m] = x[m//Q + al, m%Q + be]
+    layout_merges, kind=STEERED)
+# x[E//Q + al, E%Q + be] = L[E],  L[m] = x[m//Q + al, m%Q + be]
 LAYOUT_PERMUTE = IndexRule(
     "layout_permute", "data layout: a source's dims reordered as the reading scope's iterators",
-    layout_permutes)    # x[e_p(0), .., e_p(n-1)] = L[e_0, .., e_(n-1)],  L[u] = x[u_p]
+    layout_permutes, kind=STEERED,
+    default=False)  # it fires on most scopes and finds nothing the matchers need: they are
+#                     blind to dim order.  x[e_p(0), .., e_p(n-1)] = L[e_0, ..],  L[u] = x[u_p]
 MERGE_TRAVERSAL = IndexRule(
     "merge_traversal", "traversal merging: two iterators every read takes together become one",
-    merge_traversals)   # S[p, q] = S'[p*Q + q],  S'[m] = S[m//Q, m%Q] with reads layout-merged
+    merge_traversals, kind=STEERED)
+# S[p, q] = S'[p*Q + q],  S'[m] = S[m//Q, m%Q] with reads layout-merged
 FUSE_LAYOUT = IndexRule(
     "fuse_layout", "eOperator fusion: a re-indexing of a re-indexing is one re-indexing",
     fuse_layouts)       # R[t] = P[h(t)], P[u] = x[g(u)]  =>  R[t] = x[g(h(t))]

@@ -1,7 +1,10 @@
 """The index pass in the schedule: egglog text unions, provenance, firings, budgets, guidance."""
 from __future__ import annotations
 
+import dataclasses
 import time
+
+import pytest
 
 from egglog import EGraph
 
@@ -119,6 +122,23 @@ def test_guide_keeps_only_results_that_instantiate_operators():
     assert 1 <= len(kept) < len(results)
     for k in kept:
         assert "matmul" in operators(k)
+
+
+def test_the_guide_reads_a_rules_kind_from_its_row_not_its_name():
+    e = _conv()
+    results = list(SUBSTITUTE.apply(e))
+    assert SUBSTITUTE.kind == "steered"
+    as_canonical = dataclasses.replace(SUBSTITUTE, kind="canonical")
+    assert Guide(DEFAULT)(as_canonical, e, results) == results  # canonical forms: all kept
+    assert len(Guide(DEFAULT)(SUBSTITUTE, e, results)) < len(results)
+    with pytest.raises(AssertionError, match="unknown kind"):
+        dataclasses.replace(SUBSTITUTE, kind="sometimes")
+
+
+def test_the_default_layout_rules_are_the_rows_marked_default():
+    from derivations.rules.densify import DEFAULT_INDEX_RULES, INDEX_RULES
+    assert DEFAULT_INDEX_RULES == tuple(r for r in INDEX_RULES if r.default)
+    assert {r.name for r in INDEX_RULES if not r.default} == {"layout_permute"}
 
 
 def test_unguided_exploration_finds_more_forms_than_guided():
