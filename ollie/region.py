@@ -21,7 +21,10 @@ import codegen
 import ir
 import derivations
 from derivations.normalize import inline_views
-from ollie import cache, cache_entry, progress
+from ollie import cache, progress
+from ollie.cache_entry import (
+    ADOPTED, ADOPTION_MARGIN, CACHEABLE, GLUE_ONLY, NOT_CHEAPER, NOT_FASTER,
+)
 from ollie.cache_lock import decision_lock
 from ollie import cost as cost_model
 from ollie.capture import contractions
@@ -138,14 +141,6 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.4g} µs"
 
 
-ADOPTED = "adopted"
-NOT_CHEAPER = "kept: no derived form is cheaper than the captured one"
-NOT_FASTER = "kept: the derived program measured not clearly faster than the original"
-GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts, "
-             f"but for ones doing under {1 - cache_entry.ADOPTION_MARGIN:.0%} of the work); "
-             "Inductor fuses the work around them in either form")
-CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER, GLUE_ONLY)
-ADOPTION_MARGIN = cache_entry.ADOPTION_MARGIN  # a tie is noise, not a win
 QUICK_CHECK = 1 << 22   # iteration points the interpreter checks in well under a second
 
 

@@ -18,7 +18,7 @@ import torch.fx as fx
 
 import codegen
 import ir
-from ollie import cache, region as region_mod
+from ollie import cache, cache_entry, region as region_mod
 from ollie.cost import measure
 from ollie.log import first_line
 from ollie.capture import regions as regions_mod
@@ -27,7 +27,7 @@ from ollie.capture import contractions, eager_or_compiled, graph_rules, rewrite,
 from ollie.capture.samples import concrete, sample_like
 from ollie.numerics import allowed_error, max_relative_error
 
-ADOPTION_MARGIN = region_mod.ADOPTION_MARGIN
+ADOPTION_MARGIN = cache_entry.ADOPTION_MARGIN
 
 
 @dataclass
@@ -226,7 +226,7 @@ def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
             rr.kernel, rr.decision = None, f"kept: {e}"
             continue
         if inductor and _same_contractions(region, traced):
-            rr.kernel, rr.decision = None, region_mod.GLUE_ONLY
+            rr.kernel, rr.decision = None, cache_entry.GLUE_ONLY
             continue
         # What runs is the traced graph, so it is what is checked (a kernel whose work the
         # trace cannot see, such as a raw Triton launch, would leave its output unwritten).
@@ -394,7 +394,7 @@ def stored_comparison(key: str, report: GraphReport, options) -> bool | None:
     if not entry or not entry.get("eager_s") or not entry.get("ollie_s"):
         return None
     report.timing, report.timing_cached = (entry["eager_s"], entry["ollie_s"]), True
-    return entry.get("decision") == region_mod.ADOPTED
+    return entry.get("decision") == cache_entry.ADOPTED
 
 
 def compare(original, rewritten, example_inputs, report: GraphReport, options,
@@ -427,7 +427,7 @@ def compare(original, rewritten, example_inputs, report: GraphReport, options,
             "error": None, "backend": "inductor", "margin": ADOPTION_MARGIN,
             "remeasured": report.remeasured, **timing.entry_fields(),
             "eager_s": timing.eager_median, "ollie_s": timing.ollie_median,
-            "decision": region_mod.ADOPTED if faster else region_mod.NOT_FASTER})
+            "decision": cache_entry.ADOPTED if faster else cache_entry.NOT_FASTER})
     return faster
 
 

@@ -13,17 +13,7 @@ from __future__ import annotations
 
 from ollie import cache_entry
 from ollie.cache import Cache
-
-ADOPTED = "adopted"
-NOT_FASTER = "eager: the derived program measured not clearly faster than eager"
-
-
-def _decisions() -> tuple[str, str]:
-    try:  # the strings the region code writes, when it still defines them
-        from ollie import region
-        return region.ADOPTED, region.NOT_FASTER
-    except (ImportError, AttributeError):
-        return ADOPTED, NOT_FASTER
+from ollie.cache_entry import ADOPTED, NOT_FASTER
 
 
 def remeasure_noisy(cache_dir=None, budget_s: float = 0.5) -> dict:
@@ -32,10 +22,9 @@ def remeasure_noisy(cache_dir=None, budget_s: float = 0.5) -> dict:
     done = {"remeasured": 0, "flipped": 0, "dropped": 0}
     if not cache.usable:
         return done
-    adopted, not_faster = _decisions()
     for key in cache.keys():
         entry = cache.get(key)
-        if entry is None or entry.get("decision") not in (adopted, not_faster) \
+        if entry is None or entry.get("decision") not in (ADOPTED, NOT_FASTER) \
                 or not cache_entry.needs_remeasure(entry):
             continue
         try:
@@ -46,7 +35,7 @@ def remeasure_noisy(cache_dir=None, budget_s: float = 0.5) -> dict:
             done["dropped"] += cache.drop(key)
             continue
         margin = entry.get("margin") or cache_entry.ADOPTION_MARGIN
-        decision = adopted if fields.pop("faster_by")(margin) else not_faster
+        decision = ADOPTED if fields.pop("faster_by")(margin) else NOT_FASTER
         done["flipped"] += decision != entry["decision"]
         done["remeasured"] += cache.put(key, dict(entry, **fields, decision=decision,
                                                   remeasured=entry.get("remeasured", 0) + 1))

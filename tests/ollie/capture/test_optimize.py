@@ -325,7 +325,7 @@ def test_under_inductor_a_lone_product_with_structure_around_it_is_derived(fn, s
 def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp_path):
     # a row sum after a relu of the product: the sum cannot move inside the relu; the scale
     # and the shift can only move around the product
-    from ollie.region import GLUE_ONLY
+    from ollie.cache_entry import GLUE_ONLY
 
     def glue(x, w, s):
         return (torch.relu(x @ w) * s + 1).sum(1)
