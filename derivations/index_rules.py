@@ -49,7 +49,8 @@ from ir.nodes import (  # noqa: F401 - product helpers re-exported for the rule 
 )
 
 __all__ = [
-    "IndexRule", "STEERED", "CANONICAL", "PLAIN", "fresh_name", "renamed", "index_bounds", "product_factors", "build_product",
+    "IndexRule", "STEERED", "CANONICAL", "PLAIN",
+    "fresh_name", "renamed", "index_bounds", "product_factors", "build_product",
     "zero_guards", "zero_at", "zero_everywhere", "alive_interval", "live_range", "map_indices",
     "substitute", "rename_iters",
     "scope_like", "hint_of", "ENUMERATE_LIMIT", "SEP", "DEADLINE", "time_left", "check_time",
