@@ -338,6 +338,22 @@ def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp
     assert report.decision == GLUE_ONLY and report.measured == []
 
 
+def test_where_timings_contradict_the_rankers_first_choice_they_are_taken_interleaved():
+    from types import SimpleNamespace
+
+    def kernel(fn):
+        fn.input_names = ("x",)
+        return SimpleNamespace(kernel=fn)
+
+    x = torch.randn(256, 256)
+    fast = kernel(lambda x: x + 1)
+    slow = kernel(lambda x: x @ x @ x + 1)  # 2 matmuls: many times the add's time
+    options = ollie.Options(measure_cap_s=0.05)
+    # a sequential timing that met a load named the slow one best: the ranker's first stands
+    assert region_mod._interleaved_best(slow, fast, {"x": x}, options) is fast
+    assert region_mod._interleaved_best(fast, slow, {"x": x}, options) is fast
+
+
 def test_under_inductor_a_region_is_also_timed_against_its_original_lowered_alike(
         monkeypatch):
     # a lead over the original's ATen calls run one by one may be only the fusion the
