@@ -351,8 +351,9 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
 
     ``min_rounds`` are timed while the budget lasts; timing stops sooner once the best times
     differ by more than ``clear`` times either way (after 3 rounds: no adoption threshold lies
-    near such a ratio) or once ``SETTLED_ROUNDS`` rounds all lie beyond ``SETTLED`` on one
-    side, and never before 2 rounds, however slow the calls."""
+    near such a ratio) or once the last ``SETTLED_ROUNDS`` rounds all lie beyond ``SETTLED`` on
+    one side (one disturbed round delays that, it does not cancel it), and never before 2
+    rounds, however slow the calls."""
     calls = []
     for fn in (eager, ollie):
         fn()
@@ -372,9 +373,8 @@ def compare(eager: Callable[[], Any], ollie: Callable[[], Any], budget_s: float 
             ts.append((time.perf_counter() - t0) / n)
         n, spent = len(te), time.perf_counter() - start
         decided = not 1 / clear < min(te) / min(to) < clear
-        round_ratios = [a / max(b, 1e-12) for a, b in zip(te, to)]
-        settled = n >= SETTLED_ROUNDS and (min(round_ratios) > SETTLED or
-                                           max(round_ratios) < 1 / SETTLED)
+        last = [a / max(b, 1e-12) for a, b in zip(te[-SETTLED_ROUNDS:], to[-SETTLED_ROUNDS:])]
+        settled = n >= SETTLED_ROUNDS and (min(last) > SETTLED or max(last) < 1 / SETTLED)
         if (n >= 3 and decided) or settled or (n >= min_rounds and spent >= budget_s) or \
                 (n >= 2 and spent >= 2 * budget_s):
             break

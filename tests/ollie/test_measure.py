@@ -89,21 +89,46 @@ def test_cuda_events_time_a_cuda_matmul():
     assert m.device.startswith("cuda:") and 0 < m.min <= m.median < 0.1
 
 
-def test_compare_stops_early_only_when_the_decision_is_clear():
-    import time as _time
+class _Clock:
+    """A clock that only the timed calls advance: ``compare``'s stopping rules, without the
+    load of the machine that runs the tests."""
 
-    from ollie.cost.measure import compare
+    def __init__(self):
+        self.now = 0.0
 
-    slow = lambda: _time.sleep(0.004)  # noqa: E731
-    fast = lambda: _time.sleep(0.0005)  # noqa: E731
-    clear = compare(slow, fast, budget_s=1.0, min_rounds=5)
-    assert clear.rounds == 3 and clear.speedup > 2
-    very_slow = lambda: _time.sleep(0.06)  # noqa: E731
-    capped = compare(very_slow, very_slow, budget_s=0.05, min_rounds=5)
+    def perf_counter(self):
+        return self.now
+
+    def call(self, seconds):
+        """A callable that takes ``seconds`` a call, or ``seconds(k)`` at its k-th call."""
+        count = [0]
+
+        def fn():
+            count[0] += 1
+            self.now += seconds(count[0]) if callable(seconds) else seconds
+        return fn
+
+
+def test_compare_stops_early_only_when_the_decision_is_clear(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(measure, "time", clock)
+    clear = measure.compare(clock.call(4e-3), clock.call(5e-4), budget_s=1.0, min_rounds=5)
+    assert clear.rounds == 3 and clear.speedup == pytest.approx(8)
+    capped = measure.compare(clock.call(0.06), clock.call(0.06), budget_s=0.05, min_rounds=5)
     assert capped.rounds == 2  # two rounds at least, then twice the budget is the limit
-    close = compare(slow, slow, budget_s=0.2, min_rounds=5)
-    assert close.rounds > 5  # a tie is timed for the whole budget
+    close = measure.compare(clock.call(4e-3), clock.call(4e-3), budget_s=0.2, min_rounds=5)
+    assert close.rounds > 5 and close.speedup == pytest.approx(1)  # a tie takes the budget
     # 1.5x apart in every round: settled after SETTLED_ROUNDS, long before the budget ends
-    apart = compare(lambda: _time.sleep(0.003), lambda: _time.sleep(0.002), budget_s=5.0,
-                    min_rounds=20)
-    assert apart.rounds == measure.SETTLED_ROUNDS and apart.speedup > measure.SETTLED
+    apart = measure.compare(clock.call(3e-3), clock.call(2e-3), budget_s=5.0, min_rounds=20)
+    assert apart.rounds == measure.SETTLED_ROUNDS and apart.speedup == pytest.approx(1.5)
+
+
+def test_one_disturbed_round_delays_settling_and_does_not_cancel_it(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(measure, "time", clock)
+    calls_a_round = int(measure.BLOCK_S / 2e-3)  # the faster side's block
+    # The faster side's second round meets a load that makes it as slow as the other.
+    disturbed = clock.call(lambda k: 3e-3 if calls_a_round + 2 < k <= 2 * calls_a_round + 2
+                           else 2e-3)
+    apart = measure.compare(clock.call(3e-3), disturbed, budget_s=5.0, min_rounds=20)
+    assert apart.rounds == measure.SETTLED_ROUNDS + 2
