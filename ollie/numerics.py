@@ -2,6 +2,8 @@
 behind the numerics contract in DESIGN.md: rules are proven, results are still checked)."""
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 import torch
 
 
@@ -16,7 +18,8 @@ REASSOCIATION_SLACK = 4
 MAX_SLACK = 100
 
 
-def allowed_error(expected: torch.Tensor, exact: torch.Tensor | None) -> float:
+def allowed_error(expected: torch.Tensor, exact: torch.Tensor | None,
+                  resampled: Sequence[float] = ()) -> float:
     """How far a reordered computation may be from ``expected`` (the original's value).
     It may be as far from ``exact`` (the same computation in float64) as the dtype's
     tolerance, or a few times the original's own rounding error where that is larger; from
@@ -24,12 +27,57 @@ def allowed_error(expected: torch.Tensor, exact: torch.Tensor | None) -> float:
     the two round in different places). A sum with cancellation, read through a function that
     does not shrink its error (``tanh`` near zero), rounds as much in any order; its error is
     relative to the summands, which the output's scale does not show. An algebraic mistake is
-    far larger than either."""
+    far larger than either.
+
+    One run's error is one sample, and its maximum may rest on a few entries (the tanh of
+    large sums shows its error only where a sum is near zero), so the rounding error is
+    ``resampled`` too (``resampled_errors``): its scale is the largest sample."""
     base = tolerance(expected.dtype)
     if exact is None or expected.dtype == torch.float64:
         return base
     own = max_relative_error(expected, exact)
-    return min(max(base, REASSOCIATION_SLACK * own) + own, MAX_SLACK * base)
+    scale = max([own, *resampled])
+    return min(max(base, REASSOCIATION_SLACK * scale) + own, MAX_SLACK * base)
+
+
+RESAMPLES = 2
+
+
+def resampled_errors(run: Callable[[Callable[[Any], Any]], Any],
+                     count: int = RESAMPLES) -> list[float]:
+    """The original's rounding error sampled again: ``run(convert)`` computes it from its
+    inputs, each ``convert``ed; each sample moves every entry of the floating inputs one ulp
+    up or down at random (the same computation, rounding elsewhere) and compares the run with
+    the same run in float64. Empty where float64 does not run."""
+    generator = torch.Generator().manual_seed(0)
+    errors = []
+    for _ in range(count):
+        nudged: dict[int, tuple] = {}  # id -> (input, its nudged copy), both runs read one
+
+        def nudge(value):
+            if not (isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION):
+                return value
+            if id(value) not in nudged:
+                up = (torch.rand(value.shape, generator=generator) < 0.5).to(value.device)
+                toward = torch.where(up, torch.inf, -torch.inf).to(value.dtype)
+                nudged[id(value)] = (value, torch.nextafter(value, toward))
+            return nudged[id(value)][1]
+
+        try:
+            with torch.no_grad():
+                errors.append(max_relative_error(run(nudge), run(lambda v: widen(nudge(v)))))
+        except Exception:  # an op without float64, a value that is not a tensor
+            return []
+    return errors
+
+
+LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def widen(value):
+    """``value`` in float64 where it is a lower-precision float tensor, else as is."""
+    low = isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION
+    return value.double() if low else value
 
 
 def max_relative_error(out, ref: torch.Tensor) -> float:

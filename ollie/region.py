@@ -30,7 +30,8 @@ from ollie import cost as cost_model
 from ollie.capture import contractions
 from ollie.cost import lowered, measure, ranker
 from ollie.log import first_line
-from ollie.numerics import allowed_error, max_relative_error
+from ollie.numerics import (LOW_PRECISION, allowed_error, max_relative_error,
+                            resampled_errors, widen)
 
 
 @dataclass
@@ -154,7 +155,10 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     with decision_lock(store, key) if store else nullcontext():
         entry = store.get(key) if store else None
         if not entry or entry.get("decision") == ADOPTED:  # a program will be checked
-            report.allowed_error = allowed_error(expected, exact_value(region, reference))
+            exact = exact_value(region, reference)
+            resampled = () if exact is None else resampled_errors(
+                lambda convert: as_program(region, reference, convert)())
+            report.allowed_error = allowed_error(expected, exact, resampled)
         if _from_cache(report, entry, tensors, expected, options):  # within noise: `ollie tune`
             return report
         with progress.progress(options.progress) if show is None else nullcontext(show) as show:
@@ -409,17 +413,9 @@ def exact_value(region, values: dict) -> torch.Tensor | None:
         return None
     try:
         with torch.no_grad():
-            return as_program(region, values, _float64)()
+            return as_program(region, values, widen)()
     except Exception:  # a value not at hand, an op with a fixed dtype or none in float64
         return None
-
-
-LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _float64(value):
-    low = isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION
-    return value.double() if low else value
 
 
 def as_program(region, values: dict, convert=lambda value: value) -> Callable[[], Any]:

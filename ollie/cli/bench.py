@@ -40,15 +40,16 @@ def tolerance(fn, args, expected) -> float:
     eager itself rounds far from the float64 value (``torch.linalg.norm`` in float32)."""
     import torch
 
-    from ollie.numerics import allowed_error
-    wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-            for a in args]
+    from ollie.numerics import allowed_error, resampled_errors, widen
     try:
         with torch.no_grad():
-            exact = fn(*wide)
+            exact = fn(*map(widen, args))
     except Exception:  # float32 weights, or an op without float64: the dtype's tolerance
         exact = None
-    return allowed_error(expected, exact if isinstance(exact, torch.Tensor) else None)
+    if not isinstance(exact, torch.Tensor):
+        return allowed_error(expected, None)
+    return allowed_error(expected, exact,
+                         resampled_errors(lambda convert: fn(*map(convert, args))))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

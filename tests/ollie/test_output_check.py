@@ -55,3 +55,41 @@ def test_a_sum_moved_inward_before_tanh_is_adopted():
         assert max_relative_error(f(x, w), cancelling_sum(x, w)) <= 1e-3
     (report,) = f.backend.reports
     assert [r.decision for r in report.regions] == ["adopted"]
+
+
+def test_the_rounding_error_is_resampled_on_inputs_moved_one_ulp():
+    from ollie.numerics import resampled_errors
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, generator=g)
+    errors = resampled_errors(lambda convert: convert(x).sum(), count=3)
+    assert len(errors) == 3 and all(0 < e < 1e-4 for e in errors)  # rounding, not a mistake
+    assert len(set(errors)) == 3  # each sample rounds elsewhere
+    again = resampled_errors(lambda convert: convert(x).sum(), count=3)
+    assert errors == again  # the same samples each time: a decision can be reproduced
+    assert resampled_errors(lambda convert: torch.ones(2, dtype=torch.float64) @
+                            convert(torch.ones(2))) == []  # float64 meets float32: no samples
+
+
+def test_one_run_whose_error_was_small_by_chance_does_not_set_the_allowance():
+    exact = torch.linspace(-0.5, 0.5, 11, dtype=torch.float64)
+    expected = (exact + 1e-6).float()  # this run rounded well; others round by 1e-4
+    reordered = (exact - 3e-4).float()
+    assert max_relative_error(reordered, expected) > allowed_error(expected, exact)
+    assert max_relative_error(reordered, expected) <= allowed_error(expected, exact, [1e-4])
+    assert allowed_error(expected, exact, [1.0]) == MAX_SLACK * tolerance(torch.float32)
+
+
+def test_a_cancelling_sum_read_through_tanh_has_an_allowance_from_its_resampled_error():
+    """tanh of sums of ±hundreds shows their rounding only where a sum lies near zero: one
+    run's error rests on a few entries. Resampled, the allowance admits the sum moved inward
+    (rows summed first) in every draw, and still refuses a sum that drops one row."""
+    from ollie.numerics import resampled_errors
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        x, w = torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)
+        expected = cancelling_sum(x, w)
+        exact = cancelling_sum(x.double(), w.double())
+        resampled = resampled_errors(lambda convert: cancelling_sum(convert(x), convert(w)))
+        allowed = allowed_error(expected, exact, resampled)
+        assert max_relative_error(torch.tanh(x.sum(0) @ w), expected) <= allowed
+        assert max_relative_error(torch.tanh(x[1:].sum(0) @ w), expected) > allowed
