@@ -155,10 +155,7 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     with decision_lock(store, key) if store else nullcontext():
         entry = store.get(key) if store else None
         if not entry or entry.get("decision") == ADOPTED:  # a program will be checked
-            exact = exact_value(region, reference)
-            resampled = () if exact is None else resampled_errors(
-                lambda convert: as_program(region, reference, convert)())
-            report.allowed_error = allowed_error(expected, exact, resampled)
+            report.allowed_error = allowance(region, reference)
         if _from_cache(report, entry, tensors, expected, options):  # within noise: `ollie tune`
             return report
         with progress.progress(options.progress) if show is None else nullcontext(show) as show:
@@ -402,6 +399,15 @@ def _backends(options, tensors: dict) -> list[str]:
 def _op_name(node) -> str:
     packet = getattr(node.target, "overloadpacket", None)
     return str(packet) if packet is not None else getattr(node.target, "__name__", str(node.target))
+
+
+def allowance(region, values: dict) -> float:
+    """How far a derived program may be from the region's original value in ``values``
+    (``numerics.allowed_error``, the original's rounding error sampled three times)."""
+    exact = exact_value(region, values)
+    resampled = () if exact is None else resampled_errors(
+        lambda convert: as_program(region, values, convert)())
+    return allowed_error(values[region.root], exact, resampled)
 
 
 def exact_value(region, values: dict) -> torch.Tensor | None:
