@@ -1,6 +1,7 @@
 """What runs a Dynamo graph when Ollie has nothing better: Inductor's compile or eager library
 calls (the faster, stored in the cache), Inductor's compile when Ollie fails, Dynamo's own
 control flow passed through, and the ``ollie`` log."""
+import functools
 import logging
 import os
 import subprocess
@@ -251,10 +252,12 @@ def test_settled_calls_go_straight_to_torch_compile_until_dynamo_compiles_again(
             assert torch.allclose(f(a, b), broken_at_a_size(a, b))
         assert f.func is f._compiled and not f.breaks.seen  # nothing of Ollie's in the call
         big = torch.randn(48, 32), torch.randn(48, 32)
-        assert torch.allclose(f(*big), broken_at_a_size(*big))  # compiles during a direct call
+        # (Inductor's tanh may round an ulp apart from eager's: x + 1 near 0 shows it)
+        close = functools.partial(torch.testing.assert_close, rtol=1e-5, atol=1e-6)
+        close(f(*big), broken_at_a_size(*big))  # compiles during a direct call
         assert f.func == f._compiled_call and f.breaks.seen, f.breaks.seen
         for _ in range(2):
-            assert torch.allclose(f(*big), broken_at_a_size(*big))
+            close(f(*big), broken_at_a_size(*big))
         assert f.func is f._compiled
 
 
