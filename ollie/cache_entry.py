@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-ADOPTION_MARGIN = 0.95   # a kernel must run in under 95% of eager's time (ollie.region's rule)
+ADOPTION_MARGIN = 0.95   # a kernel must run in under 95% of eager's time (ollie.choose's rule)
 NOISE_FLOOR = 0.02       # ratios this close to the threshold are noise even with no spread
 
 # What an entry's ``decision`` may say: a region's choice or a whole-graph comparison's. Only

@@ -12,14 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, time, torch
-    import derivations, ollie, ollie.region as cr, ollie.capture.graph_pass as gp
+    import derivations, ollie, ollie.cost.measure as measure, ollie.capture.graph_pass as gp
 
     if os.environ.get("FORBID_DERIVE"):
         def forbidden(*a, **k):
             raise AssertionError("derivation or measurement ran although the disk cache "
                                  "should answer")
         derivations.derive = forbidden
-        cr.measure.measure_candidates = forbidden
+        measure.measure_candidates = forbidden
         gp.measure.compare = forbidden  # the region's and the graph's timing
 
     torch.manual_seed(0)

@@ -7,8 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import codegen
 import ir
 import ollie
+from ollie import choose
 from ollie import region as region_mod
 
 FAST = dict(inductor=False, measure_cap_s=0.05)
@@ -350,8 +352,8 @@ def test_where_timings_contradict_the_rankers_first_choice_they_are_taken_interl
     slow = kernel(lambda x: x @ x @ x + 1)  # 2 matmuls: many times the add's time
     options = ollie.Options(measure_cap_s=0.05)
     # a sequential timing that met a load named the slow one best: the ranker's first stands
-    assert region_mod._interleaved_best(slow, fast, {"x": x}, options) is fast
-    assert region_mod._interleaved_best(fast, slow, {"x": x}, options) is fast
+    assert choose._interleaved_best(slow, fast, {"x": x}, options) is fast
+    assert choose._interleaved_best(fast, slow, {"x": x}, options) is fast
 
 
 def test_under_inductor_a_region_is_also_timed_against_its_original_lowered_alike(
@@ -364,7 +366,7 @@ def test_under_inductor_a_region_is_also_timed_against_its_original_lowered_alik
     from ollie.cost import measure
     text = "x: f32[8,8]\nT[i,j] = exp(x[i,j]) * 2 + 1"
     expr, x = ir.parse(text), torch.randn(8, 8)
-    kernel = region_mod.codegen.lower(expr, fused=True)
+    kernel = codegen.lower(expr, fused=True)
     ran, stated = [], measure.Comparison(1.02e-3, 1e-3, 1.02, 0.01, 8)
 
     def timed(original, derived, budget_s):
@@ -372,7 +374,7 @@ def test_under_inductor_a_region_is_also_timed_against_its_original_lowered_alik
         return stated
 
     monkeypatch.setattr(measure, "compare", timed)
-    timing = region_mod._against_lowered_original(expr, {"x": x}, kernel, [x],
+    timing = choose._against_lowered_original(expr, {"x": x}, kernel, [x],
                                                   SimpleNamespace(measure_cap_s=0.05))
     assert timing is stated and torch.allclose(ran[0], torch.exp(x) * 2 + 1)
     report = region_mod.RegionReport("r", [], expr, eager_s=1.02e-3, ollie_s=1e-3,
