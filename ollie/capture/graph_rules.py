@@ -10,7 +10,9 @@ runs one contraction and splits the result; a *simplifying* rule removes what me
 are translated, so the derivations see the merged contractions. Every rule is an identity
 for all values (the numerics contract); what the substitutions do is still checked on sample
 inputs (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
-Sizes must be concrete: a graph with symbolic sizes is left as it is.
+With symbolic sizes (Dynamo's SymInts), only merges apply, and only where the sizes they
+concatenate and split by are fixed (three projections of a batch of any length); folds and
+tilings compare sizes, which would specialise the graph.
 """
 from __future__ import annotations
 
@@ -76,15 +78,17 @@ class Merge:
 def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | None, list[str]]:
     """A copy of ``gm`` with the graph substitutions applied, and a line per substitution
     (None and [] when none applies)."""
-    if _unsuitable(gm):
-        return None, []
     from ollie.capture import affine_fold, rewrite
+    symbolic = _symbolic(gm)
     new, _ = rewrite.copy_graph(gm)
     applied, unfinished = [], 0  # views merged since the last finish
     for _ in range(MAX_ROUNDS):
         unfinished += _merge_duplicate_views(new.graph)
-        done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph) + \
-            tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)
+        if symbolic:
+            done = _merge_round(new.graph, symbolic)
+        else:
+            done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph) + \
+                tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)
         if not done:
             break
         applied += done
@@ -121,8 +125,8 @@ def _keep_output_layouts(gm: fx.GraphModule, new: fx.GraphModule) -> int:
     return copied
 
 
-def _unsuitable(gm: fx.GraphModule) -> bool:
-    """Sizes must be concrete to split by them."""
+def _symbolic(gm: fx.GraphModule) -> bool:
+    """Whether a size in the graph is a symbol."""
     for n in gm.graph.nodes:
         val = n.meta.get("val")
         if isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in val.shape):
@@ -133,9 +137,10 @@ def _unsuitable(gm: fx.GraphModule) -> bool:
 
 
 # -- merges ------------------------------------------------------------------------------------
-def merges(n: fx.Node) -> list[Merge]:
+def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
     """The groups contraction ``n`` may join (none for a node made in this round: its
-    meta comes with the next)."""
+    meta comes with the next); ``symbolic``: not a grouped convolution's, whose channel
+    pieces are found by comparing sizes."""
     if n.op != "call_function" or any("val" not in a.meta for a in [n, *n.all_input_nodes]):
         return []
     if n.target == aten.mm.default:
@@ -152,10 +157,11 @@ def merges(n: fx.Node) -> list[Merge]:
             return []
         params = (tuple(stride), tuple(padding), tuple(dilation), b is None)
         weights = ((1, 0),) if b is None else ((1, 0), (2, 0))
-        found = [Merge("shared_input_conv", (n.target, x, shape_of(w)[1:], *params), weights, 1),
-                 Merge("shared_weight_conv", (n.target, w, b, shape_of(x)[1:], *params),
+        found = [Merge("shared_input_conv", (n.target, x, _key(shape_of(w)[1:]), *params),
+                       weights, 1),
+                 Merge("shared_weight_conv", (n.target, w, b, _key(shape_of(x)[1:]), *params),
                        ((0, 0),), 0)]
-        piece = tilings.piece(x)
+        piece = None if symbolic else tilings.piece(x)
         if piece and piece[1] == 1 and not piece[4]:
             base, _, start, stop, _ = piece
             found.append(Merge("grouped_conv", (n.target, base, stop - start, shape_of(w),
@@ -164,11 +170,24 @@ def merges(n: fx.Node) -> list[Merge]:
     return []
 
 
-def _merge_round(graph: fx.Graph) -> list[str]:
+def _key(shape) -> tuple:
+    """A shape as a dict key: a symbolic size by its expression (a SymInt is not hashable)."""
+    return tuple(d if isinstance(d, int) else str(d) for d in shape)
+
+
+def _fixed_sizes(members: list[fx.Node], merge: Merge) -> bool:
+    """Whether the sizes a merge concatenates and splits by are all fixed."""
+    sizes = [shape_of(m)[merge.out_dim] for m in members] + \
+        [shape_of(m.args[pos])[dim] for m in members for pos, dim in merge.varying
+         if isinstance(m.args[pos], fx.Node)]
+    return all(isinstance(d, int) for d in sizes)
+
+
+def _merge_round(graph: fx.Graph, symbolic: bool = False) -> list[str]:
     groups: dict[tuple, list[fx.Node]] = defaultdict(list)
     found: dict[tuple, Merge] = {}
     for n in graph.nodes:
-        for m in merges(n):
+        for m in merges(n, symbolic):
             if m.rule in ON:
                 groups[(m.rule, m.key)].append(n)
                 found[(m.rule, m.key)] = m
@@ -179,9 +198,9 @@ def _merge_round(graph: fx.Graph) -> list[str]:
         members = _independent(members)
         if merge.rule == "grouped_conv":
             members = _tiling_groups(members)
-        if len(members) < 2:
+        if len(members) < 2 or symbolic and not _fixed_sizes(members, merge):
             continue
-        _rewrite(graph, members, merge)
+        _rewrite(graph, members, merge, simplify=not symbolic)
         used.update(members)
         applied.append(f"{merge.rule}: {len(members)} × {members[0].target.__name__} → 1")
     return applied
@@ -219,7 +238,7 @@ def _tiling_groups(members: list[fx.Node]) -> list[fx.Node]:
     return by_start if starts == list(range(0, size, step)) else []
 
 
-def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge) -> None:
+def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge, simplify: bool) -> None:
     first = min(members, key=_position(graph))
     args = list(first.args)
     for pos, dim in merge.varying:
@@ -227,7 +246,7 @@ def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge) -> None:
         for o in operands:
             _hoist(graph, o, first)
         with graph.inserting_before(first):
-            args[pos] = _concat(graph, operands, dim)
+            args[pos] = _concat(graph, operands, dim, simplify)
     if merge.rule == "grouped_conv":
         args[0], args[8] = tilings.piece(first.args[0])[0], len(members)
     with graph.inserting_before(first):
@@ -263,9 +282,9 @@ def _position(graph: fx.Graph):
     return index.__getitem__
 
 
-def _concat(graph: fx.Graph, operands: list, dim: int) -> fx.Node:
+def _concat(graph: fx.Graph, operands: list, dim: int, simplify: bool) -> fx.Node:
     node = graph.call_function(aten.cat.default, (list(operands), dim))
-    return tilings.simplified_cat(graph, node, ON) or node
+    return (simplify and tilings.simplified_cat(graph, node, ON)) or node
 
 
 def _merge_duplicate_views(graph: fx.Graph) -> int:

@@ -300,3 +300,33 @@ def test_the_substitutions_alone_stand_against_regions_that_took_in_their_contra
     chosen = graph_pass.take_alternative(report)
     assert count(chosen, aten.mm.default) == 1 and report.substitutions[0].startswith("shared_rhs")
     assert region.kernel is None and region.decision.startswith("kept: the graph substitutions")
+
+
+def test_linear_maps_of_a_batch_of_any_size_merge_where_the_split_sizes_are_fixed():
+    wq, bq, wk, bk, wv, bv = [t for _ in range(3) for t in (torch.randn(8, 16), torch.randn(8))]
+
+    def fn(x):  # the weights are constants of fixed sizes, the batch a size symbol
+        return F.linear(x, wq, bq), F.linear(x, wk, bk), F.linear(x, wv, bv)
+    gm, fakes = symbolic_graph_of(fn, torch.randn(5, 16))
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert count(new, aten.addmm.default) == 1 and applied[0].startswith("shared_lhs"), applied
+    for batch in (3, 7, 40):  # one graph for every batch
+        same_outputs(gm, new, (torch.randn(batch, 16),))
+
+
+def test_products_split_by_symbolic_sizes_are_not_merged():
+    w = torch.randn(8, 4)
+
+    def fn(x1, x2):  # rows of two batches of any sizes: the split would be symbolic
+        return x1 @ w, x2 @ w
+    gm, fakes = symbolic_graph_of(fn, torch.randn(5, 8), torch.randn(6, 8))
+    assert graph_rules.substitute(gm, fakes) == (None, [])
+
+
+def symbolic_graph_of(fn, *args):
+    """``fn``'s ATen graph with every size of ``args`` a symbol (what ``fn`` closes over
+    keeps its sizes), and its fake inputs."""
+    gm = make_fx(fn, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*args)
+    fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    assert all(isinstance(d, torch.SymInt) for x in fakes for d in x.shape)
+    return gm, fakes

@@ -128,3 +128,43 @@ def test_a_graph_break_in_the_middle_still_optimizes_both_halves():
     adopted = [r for r in opt.backend.reports if r.adopted_regions]
     assert len(opt.backend.reports) >= 2 and len(adopted) == 2
     assert "graph break" in str(opt.explain())
+
+
+class Projections(nn.Module):
+    """Three linear maps of one input, as attention's Q, K and V."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.tanh(self.q(x)) * self.k(x) + self.v(x)
+
+
+def test_a_training_loop_whose_last_batch_is_partial_keeps_its_merge_at_every_size(
+        monkeypatch):
+    """The partial batch makes Dynamo compile again with the batch symbolic: the merged
+    projections (forward) and weight gradients (backward) hold for every batch size, so
+    the substitutions stay, and the parameters follow eager's steps exactly."""
+    from ollie.cost import measure
+    monkeypatch.setattr(measure, "compare",  # the rewrite measures faster, at any size
+                        lambda *a, **k: measure.Comparison(2e-3, 1e-3, 2.0, 0.0, 5))
+    torch.manual_seed(0)
+    model, reference = Projections(), Projections()
+    reference.load_state_dict(model.state_dict())
+    steps = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    opt = ollie.optimize(model, measure_cap_s=0.05, cache=False)
+    for batch in (8, 8, 5, 8, 3):
+        x = torch.randn(batch, 16)
+        for fn, step in ((opt, steps[0]), (reference, steps[1])):
+            step.zero_grad()
+            fn(x).pow(2).mean().backward()
+            step.step()
+        for a, b in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    reports = opt.ollie_backend.reports
+    assert [r.title.split()[0] for r in reports] == ["forward", "backward"] * 2  # 2 compiles
+    for report in reports[2:]:  # the symbolic batch's
+        assert report.adopted and report.substitutions, report.title
+    assert reports[2].substitutions[0].startswith("shared_lhs")
+    assert reports[3].substitutions[0].startswith("shared_rhs")
