@@ -80,6 +80,8 @@ def _per_channel(factor, out: torch.Tensor) -> bool:
         return False
     if val.dtype != out.dtype:
         return False  # folding would change the result's type promotion
+    if not all(isinstance(s, int) for s in (*val.shape, *out.shape[1:2])):
+        return False  # a size symbol: comparing it would specialise the graph
     shape = [1] * (out.dim() - val.dim()) + list(val.shape)
     return all(s == 1 or (d == 1 and s == out.shape[1]) for d, s in enumerate(shape))
 

@@ -10,9 +10,10 @@ runs one contraction and splits the result; a *simplifying* rule removes what me
 are translated, so the derivations see the merged contractions. Every rule is an identity
 for all values (the numerics contract); what the substitutions do is still checked on sample
 inputs (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
-With symbolic sizes (Dynamo's SymInts), only merges apply, and only where the sizes they
-concatenate and split by are fixed (three projections of a batch of any length); folds and
-tilings compare sizes, which would specialise the graph.
+With symbolic sizes (Dynamo's SymInts), merges and folds apply where the sizes they
+concatenate, split or scale by are fixed (three projections of a batch of any length, a
+batch norm after a convolution of images of any size); tilings compare the sizes of pieces,
+which would specialise the graph, and stay with static sizes.
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
     for _ in range(MAX_ROUNDS):
         unfinished += _merge_duplicate_views(new.graph)
         if symbolic:
-            done = _merge_round(new.graph, symbolic)
+            done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)
         else:
             done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph) + \
                 tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)

@@ -330,3 +330,21 @@ def symbolic_graph_of(fn, *args):
     fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
     assert all(isinstance(d, torch.SymInt) for x in fakes for d in x.shape)
     return gm, fakes
+
+
+def test_a_batch_norm_folds_into_a_convolution_of_images_of_any_size():
+    w, mean, var = torch.randn(4, 3, 3, 3), torch.randn(4), torch.rand(4) + 0.5
+    gamma, beta = torch.randn(4), torch.randn(4)
+
+    def fn(x):  # batch, height and width are size symbols; the channels are fixed
+        y = F.conv2d(x, w, padding=1)
+        return torch.relu(F.batch_norm(y, mean, var, gamma, beta, training=False, eps=1e-5))
+    gm = make_fx(fn, tracing_mode="symbolic", decomposition_table=_decompositions(),
+                 _allow_non_fake_inputs=True)(torch.randn(2, 3, 6, 6))
+    fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert sum(a.startswith("affine_into_conv") for a in applied) >= 3, applied
+    conv = next(n for n in new.graph.nodes if n.target == aten.convolution.default)
+    assert [u.target for u in conv.users] == [aten.relu.default]  # nothing left between
+    for shape in ((1, 3, 5, 9), (3, 3, 12, 7)):
+        same_outputs(gm, new, (torch.randn(shape),))
