@@ -142,6 +142,10 @@ class Derivation:
         return out
 
     def _candidate(self, program, chain, cost, verified) -> Candidate:
+        try:
+            check(program)
+        except IRError:  # a malformed decode (a rule's bug): last in line, the check rejects it
+            return Candidate(program, float("inf"), tuple(chain), verified, ())
         total = float(sum(cost(s) for s in sub_scopes(program)))
         return Candidate(program, total, tuple(chain), verified, operators(program))
 

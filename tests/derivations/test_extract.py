@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import time
 
+import ir
 from ir import Iter, Scope, Tensor, flops, ops
 from ir.nodes import accesses, sub_scopes
 
 import derivations.extract as extract
 from derivations import Budget, derive
+from derivations.normalize import inline_views
 from derivation_helpers import all_verified, chain, chain_optimum, fingerprint, program_flops
 
 
@@ -117,3 +119,30 @@ def test_report_counts_classes_after_extraction():
     d.candidates(2, flops)
     assert d.report.classes and d.report.nodes >= d.report.classes
     assert "e-nodes" in str(d.report)
+
+
+def test_a_malformed_decode_is_rejected_and_the_other_candidates_stay():
+    """A backward graph's region (the gradient of tanh's square through a product) where a
+    rule moves a broadcast constant read as ``div[k,j]`` out of the sum over ``k``: that
+    decode reads an unbound iterator. It is rejected as invalid, and extraction still hands
+    back the valid candidates (before: a KeyError failed the whole region)."""
+    from ir.check import check
+    text = """
+    expand[i,j] = in1[] where i in 0:256, j in 0:512
+    div[i,j] = expand[i,j] / 131072
+    pow[i,j] = pow(in2[i,j], 1)
+    mul[i,j] = pow[i,j] * 2
+    T0[i,j] = div[i,j] * mul[i,j]
+    T1[i,j] = in2[i,j] * in2[i,j]
+    sub[i,j] = 1 - T1[i,j]
+    T2[i,j] = T0[i,j] * sub[i,j]
+    mm[i,j] = sum[k] in0[i,k] * T2[k,j]
+    """
+    expr = ir.parse(text, tensors={"in0": (512, 256), "in1": (), "in2": (256, 512)})
+    derivation = derive(inline_views(expr), Budget(nodes=20_000, seconds=2.0))
+    candidates = derivation.candidates(4, ir.analysis.analytic_cost, verify_limit=1 << 22)
+    assert any(c.rule_chain for c in candidates)
+    for c in candidates:
+        check(c.program)
+    assert all("unbound iterator" in why for _, why in derivation.rejected
+               if why.startswith("invalid program"))
