@@ -127,15 +127,16 @@ def _ollie_plan(optimized) -> str:
     return summary(optimized.backend)
 
 
-def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+def time_side_by_side(fns: dict[str, Callable[[], object]], repeat: int,
+                      grad: bool = False) -> dict[str, float]:
     """Median seconds per call of each fn, timed in interleaved rounds of blocks of calls
     (under ``no_grad``, as the outputs were checked: a change of grad mode would recompile
-    inside the timing)."""
+    inside the timing; ``grad``: with grad, for training steps)."""
     import torch
 
     number = {}
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         for name, fn in fns.items():  # calibrate: calls per sample so a sample >= MIN_SAMPLE_S
             fn()  # warm: whatever a first call in this mode does is not timed
             t0 = time.perf_counter()

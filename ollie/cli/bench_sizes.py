@@ -35,6 +35,17 @@ class SizeCase:
     fn: Callable
     inputs: Callable[[int], tuple]   # size -> arguments
     sizes: tuple[int, ...]
+    params: Callable[[], list] | None = None  # a training step: fn is its loss
+
+    def call(self, f: Callable, args: tuple) -> torch.Tensor:
+        """``f`` at ``args`` without grad, or for a training step the gradients of its loss
+        with respect to ``params()`` (forward and backward), flattened into one tensor."""
+        if self.params is None:
+            with torch.no_grad():
+                return f(*args)
+        with torch.enable_grad():
+            grads = torch.autograd.grad(f(*args), self.params())
+        return torch.cat([g.reshape(-1) for g in grads])
 
 
 def chain_softmax(a, b, c):
@@ -58,6 +69,30 @@ def bert_stack(x):
 
 def gpt2_block(x):
     return _MODELS["gpt2"](x)
+
+
+class LowRank(torch.nn.Module):
+    """A layer whose weight is a product of two thin factors, applied as research code often
+    writes it: the weight formed first (d² work per call), then applied to the batch."""
+
+    def __init__(self, d: int = 512, rank: int = 16):
+        super().__init__()
+        self.u = torch.nn.Parameter(torch.randn(d, rank) / d ** 0.5)
+        self.v = torch.nn.Parameter(torch.randn(rank, d) / rank ** 0.5)
+
+    def forward(self, x):
+        return torch.tanh(x @ (self.u @ self.v))
+
+
+def low_rank_loss(x):
+    return _MODELS["low_rank"](x).pow(2).mean()
+
+
+def _low_rank_inputs(n: int):
+    if "low_rank" not in _MODELS:
+        torch.manual_seed(0)
+        _MODELS["low_rank"] = LowRank()
+    return (_randn(n, 512, seed=n),)
 
 
 def _sequence(name: str, d: int = 256):
@@ -89,6 +124,10 @@ CASES = [
              _sequence("bert"), (32, 64, 96, 128, 192, 256, 320, 384, 448, 512, 40, 200)),
     SizeCase("gpt2_decode", "GPT-2 block, d=256, decoding: the sequence grows by one token",
              gpt2_block, _sequence("gpt2"), tuple(range(16, 28))),
+    SizeCase("train_partial", "training steps (forward and backward) of tanh(x @ (U @ V)), "
+             "U: 512 × 16, V: 16 × 512, batches of 256 rows and the partial ones an epoch ends "
+             "with", low_rank_loss, _low_rank_inputs, (256, 200, 100, 37),
+             params=lambda: list(_MODELS["low_rank"].parameters())),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -108,25 +147,23 @@ def run_case(case: SizeCase, repeat: int, budget_s: float) -> dict:
     rows = []
     for size in case.sizes:
         args = case.inputs(size)
-        with torch.no_grad():
-            expected = case.fn(*args)
+        expected = case.call(case.fn, args)
         row = {"size": size, "first_call_s": {}}
-        variants = {"eager": lambda: case.fn(*args)}
+        variants = {"eager": lambda: case.call(case.fn, args)}
         static = ollie.optimize(own_code(case.fn, f"sizes_{case.name}_static_{size}"),
                                 budget_s=budget_s, dynamic=False)
         for name, f in (("compile", compiled), ("ollie", optimized), ("optimize", decorated),
                         ("static", static)):
             before = counters["stats"]["unique_graphs"]
             t0 = time.perf_counter()
-            with torch.no_grad():
-                out = f(*args)
+            out = case.call(f, args)
             row["first_call_s"][name] = time.perf_counter() - t0
             if name == "compile":
                 graphs[name] += counters["stats"]["unique_graphs"] - before
             row[f"{name}_error"] = max_relative_error(out, expected)
-            variants[name] = lambda f=f: f(*args)
-        row["allowed_error"] = tolerance(case.fn, args, expected)
-        times = time_side_by_side(variants, repeat)
+            variants[name] = lambda f=f: case.call(f, args)
+        row["allowed_error"] = tolerance(lambda *a: case.call(case.fn, a), args, expected)
+        times = time_side_by_side(variants, repeat, grad=case.params is not None)
         row.update({f"{name}_ms": t * 1e3 for name, t in times.items()})
         row["share_of_static"] = times["static"] / times["ollie"]
         row["optimize_share_of_static"] = times["static"] / times["optimize"]
@@ -157,8 +194,7 @@ def first_calls(case_name: str, variant: str, budget_s: float) -> list[float]:
     for size in case.sizes:
         args = case.inputs(size)
         t0 = time.perf_counter()
-        with torch.no_grad():
-            f(*args)
+        case.call(f, args)
         seconds.append(time.perf_counter() - t0)
     return seconds
 

@@ -119,6 +119,25 @@ def test_sizes_suite_rows_compare_each_size_with_a_static_compile():
     assert result["graphs"]["ollie"] <= result["graphs"]["compile"] == 2
 
 
+def test_a_training_case_is_timed_forward_and_backward_with_grad():
+    import pytest
+    import torch
+    from ollie.cli import bench_sizes
+    from ollie.cli.bench import time_side_by_side
+
+    w = torch.randn(8, 3, requires_grad=True)
+    case = bench_sizes.SizeCase("tiny_step", "a loss of x @ w", lambda x: (x @ w).pow(2).mean(),
+                                lambda n: (torch.randn(n, 8),), (4,), params=lambda: [w])
+    (x,) = case.inputs(4)
+    (expected,) = torch.autograd.grad((x @ w).pow(2).mean(), [w])
+    with torch.no_grad():  # a training case's call computes its gradients in any mode
+        torch.testing.assert_close(case.call(case.fn, (x,)), expected.reshape(-1))
+    step = {"step": lambda: torch.autograd.grad(case.fn(x), [w])}
+    assert time_side_by_side(step, 2, grad=True)["step"] > 0
+    with pytest.raises(RuntimeError):  # without grad the loss has no graph to differentiate
+        time_side_by_side(step, 1)
+
+
 def test_sizes_suite_first_calls_child_times_each_size_once(monkeypatch):
     import torch
     from ollie.cli import bench_sizes
