@@ -14,12 +14,16 @@ import math
 
 import torch
 
-from ollie.capture import graph_pass, size_range
+from ollie import cache
+from ollie.capture import eager_or_compiled, graph_pass, size_range
+from ollie.capture.samples import sample_like
+from ollie.cost import measure
 
 # The cache key suffixes of a rewritten graph's eager-vs-compiled comparison, and of the
 # original graph's outside a size branch
 EAGERLY = "-eagerly"
 OUTSIDE = "-outside-branch"
+DIRECT = "-called-directly-up-to"  # the sizes where the original called directly wins
 
 
 def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: str, options,
@@ -101,15 +105,49 @@ def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
                                          frame=direct)
         other = eager if won else original
         if won and direct:
-            direct_sizes = {symbol: low - 1}
+            direct_sizes = {symbol: direct_up_to(chosen, eager, example_inputs, symbol, low,
+                                                 key + suffix, options)}
     runs = "the original graph" + (", uncompiled," if other is not original else "") + \
         f" where {symbol} " + (f"< {low}" if low is not None else f"> {high}") + \
         " (fewer multiply-adds there)" + \
-        ("; ollie.optimize calls the function itself there" if direct_sizes else "")
+        (f"; ollie.optimize calls the function itself where {symbol} <= "
+         f"{direct_sizes[symbol]}" if direct_sizes else "")
     report.by_size = "; ".join(filter(None, [report.by_size, runs]))
     if low is not None:
         return size_range.by_size(other, chosen, where, low - 1), direct_sizes
     return size_range.by_size(chosen, other, where, high), direct_sizes
+
+
+def direct_up_to(chosen, eager, example_inputs, symbol, low: int, key: str, options) -> int:
+    """The largest size where the original graph run as it is, called without Dynamo's
+    frame (``ollie.optimize`` calls the function itself), beats ``chosen`` with the frame:
+    ``low - 1`` at least (there the original does fewer multiply-adds, and it ran faster),
+    further where it still leads at ``low``. Dynamo's frame costs a constant the
+    multiply-adds leave out, so the lead ends past ``low``: where lines through the two
+    sides' times at ``low`` and ``2 low`` cross. Stored under ``key``."""
+    stored = cache.Cache(options.cache_dir).get(key + DIRECT) if options.cache else None
+    if stored and isinstance(stored.get("up_to"), int):
+        return stored["up_to"]
+    up_to = low - 1
+    if 2 * low <= (size_range.larger_size(example_inputs, symbol) or 0):
+        frame = eager_or_compiled.dynamo_call_overhead(example_inputs, called_directly=True)
+        times = []
+        with real_computation():
+            for n in (low, 2 * low):
+                inputs = sample_like(example_inputs, {symbol: n})
+                with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                    timing = measure.compare(lambda: chosen(list(inputs)),
+                                             lambda: eager(list(inputs)),
+                                             budget_s=options.measure_cap_s)
+                times.append(timing.eager_median + frame - timing.ollie_median)  # its lead
+        lead_at_low, lead_at_twice = times
+        if lead_at_low > 0:
+            up_to = 2 * low if lead_at_twice > 0 else \
+                low + int(low * lead_at_low / (lead_at_low - lead_at_twice))
+    if options.cache:
+        cache.Cache(options.cache_dir).put(key + DIRECT, {"decision": "direct", "up_to": up_to,
+                                                         "remeasured": 0})
+    return up_to
 
 
 @contextlib.contextmanager

@@ -65,6 +65,7 @@ def test_below_a_branch_that_runs_eagerly_optimize_calls_the_function_itself(mon
     measured = graph_pass.compare
     monkeypatch.setattr(graph_pass, "compare", lambda *a, **k: True if size_branches.OUTSIDE
                         in a[5] else measured(*a, **k))  # the original runs eagerly below
+    monkeypatch.setattr(size_branches, "direct_up_to", lambda *a: a[4] - 1)  # no further
     f = ollie.optimize(chain, cache=False, budget_s=1.0)
     g = torch.Generator().manual_seed(0)
     b, c = torch.randn(512, 512, generator=g), torch.randn(512, 64, generator=g)
@@ -79,6 +80,36 @@ def test_below_a_branch_that_runs_eagerly_optimize_calls_the_function_itself(mon
         a = torch.randn(16, 512, generator=g)
         assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-2)
     assert "ollie.optimize calls the function itself" in f.backend.reports[-1].by_size
+
+
+@pytest.mark.parametrize("leads_us, up_to", [
+    ((20, -20), 96),   # the lines through the leads at 64 and 128 rows cross at 96
+    ((-5, -40), 63),   # the chosen form already wins at 64 rows, where it does fewer madds
+    ((30, 10), 128),   # still ahead at twice: no further than measured
+])
+def test_optimize_calls_the_original_directly_up_to_where_dynamos_frame_stops_paying(
+        monkeypatch, leads_us, up_to):
+    """Below the branch the original runs as it is and ollie.optimize calls the function
+    itself, without Dynamo's frame; that lead lasts past the multiply-add crossing (64 rows
+    here) by the frame's cost, to where the two sides' times cross."""
+    from ollie.capture import eager_or_compiled, size_branches
+    from ollie.cost import measure
+
+    rows = []
+    leads = dict(zip((64, 128), leads_us))
+
+    def compare(chosen, eager, budget_s):  # chosen's time, less the frame, minus eager's
+        chosen()
+        lead = leads[rows[-1]] * 1e-6
+        return measure.Comparison(1e-3 - 30e-6 + lead, 1e-3, 1.0, 0.0, 5)
+    monkeypatch.setattr(size_branches.measure, "compare", compare)
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *a, **k: 30e-6)
+    inputs = symbolic_inputs()
+    symbol, _ = size_range.lone_symbol(inputs)
+    got = size_branches.direct_up_to(lambda args: rows.append(args[0].shape[0]),
+                                     lambda args: None, inputs, symbol, 64, "k",
+                                     Options(cache=False))
+    assert rows == [64, 128] and got == up_to
 
 
 def test_a_chain_kept_below_its_crossing_is_guarded_there():
