@@ -34,6 +34,7 @@ fingerprint, and decoding interns equal scopes, so shared work is counted once.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 import sympy
 
@@ -314,29 +315,37 @@ def shared(root: Scope) -> Scope:
     counts it once."""
     rep: dict[str, Scope] = {}
     done: dict[int, Scope] = {}
+    # Each representative stands in the keys of the scopes reading it as a tensor of its
+    # own: a key is the statement alone, not the program above it printed again (a chain of
+    # n scopes would cost n² to key).
+    stand_in: dict[int, Tensor] = {}
     for s in sub_scopes(root):  # dependencies first
-        body = _with_sources(s.body, done)
+        body = _with_sources(s.body, lambda src: done.get(id(src), src))
         new = s if body is s.body else Scope(s.traversal, s.summation, body, s.reduce,
                                              name=s.name, dtype=s.dtype)
+        alone = Scope(new.traversal, new.summation,
+                      _with_sources(new.body, lambda src: stand_in[id(src)]), new.reduce,
+                      name=new.name, dtype=new.dtype)
         try:
-            done[id(s)] = rep.setdefault(fingerprint(new), new)
-        except TypeError:  # not a valid program: encoding reports what is wrong with it
+            done[id(s)] = found = rep.setdefault(fingerprint(alone), new)
+        except (TypeError, KeyError):  # not a valid program: encoding reports what is wrong
             return root
+        stand_in.setdefault(id(found), Tensor(f"scope {len(stand_in)}", found.shape,
+                                              found.dtype))
     return done[id(root)]
 
 
-def _with_sources(e: Expr, done: dict[int, Scope]) -> Expr:
-    """``e`` with each scope it reads replaced by ``done[id(scope)]`` (``e`` itself if none
+def _with_sources(e: Expr, replace: Callable[[Scope], Scope | Tensor]) -> Expr:
+    """``e`` with each scope it reads replaced by ``replace(scope)`` (``e`` itself if none
     changes)."""
     if isinstance(e, Access):
-        src = done.get(id(e.source), e.source) if isinstance(e.source, Scope) else e.source
+        src = replace(e.source) if isinstance(e.source, Scope) else e.source
         return e if src is e.source else Access(src, e.indices)
     if isinstance(e, Binary):
-        a, b = _with_sources(e.lhs, done), _with_sources(e.rhs, done)
-        return e if (a, b) == (e.lhs, e.rhs) and a is e.lhs and b is e.rhs else \
-            Binary(e.op, a, b)
+        a, b = _with_sources(e.lhs, replace), _with_sources(e.rhs, replace)
+        return e if a is e.lhs and b is e.rhs else Binary(e.op, a, b)
     if isinstance(e, Unary):
-        x = _with_sources(e.x, done)
+        x = _with_sources(e.x, replace)
         return e if x is e.x else Unary(e.op, x)
     return e
 
