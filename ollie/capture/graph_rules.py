@@ -85,11 +85,9 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
     applied, unfinished = [], 0  # views merged since the last finish
     for _ in range(MAX_ROUNDS):
         unfinished += _merge_duplicate_views(new.graph)
-        if symbolic:
-            done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)
-        else:
-            done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph) + \
-                tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)
+        done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)
+        if not symbolic:  # (tilings compare the sizes of pieces)
+            done += tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)
         if not done:
             break
         applied += done
