@@ -16,6 +16,7 @@ BACKENDS = ("auto", "torch", "triton")
 class Options:
     backend: str = "auto"          # codegen for derived programs: "auto", "torch", "triton"
     inductor: bool = True          # compile the rewritten graph with Inductor (else run it as is)
+    freeze: bool = True            # try Inductor's freezing of inference weights (one more compile)
     budget_s: float = 2.0          # derivation time per graph, shared by its regions
     max_nodes: int = 20_000        # e-graph node budget per region
     candidates: int = 4            # distinct candidates extracted per region

@@ -8,8 +8,9 @@ then produces functional core-ATen graphs (the core ATen decompositions plus Ind
 the forward, the backward, or one inference graph — and each one reaches
 ``OllieBackend._inner`` before Inductor compiles it. There Ollie rewrites the regions it can
 improve (``ollie.capture.graph_pass``), Inductor compiles the original and the rewritten
-graph, and the faster one is kept. An inference graph's compile is then timed against the
-graph run eagerly, and the faster runs (``ollie.capture.eager_or_compiled``). With
+graph, and the faster one is kept. An inference graph with weights is compiled once more with
+them frozen in, kept where faster (``ollie.capture.frozen``); its compile is then timed
+against the graph run eagerly, and the faster runs (``ollie.capture.eager_or_compiled``). With
 ``inductor=False`` the same graphs run as they are, through AOTAutograd alone. Ollie's compile
 carries its own cache identity (``ollie.capture.cache_identity``), so a warm start loads
 Ollie's choice from AOTAutograd's cache without reaching ``_inner`` at all.
@@ -28,13 +29,15 @@ from typing import Callable
 
 import torch
 
-from ollie import cache, log, progress
-from ollie.capture import eager_or_compiled, folding, graph_pass, rewrite, second_compile, \
-    size_branches, size_range
+from ollie import cache, cache_entry, log, progress
+from ollie.capture import eager_or_compiled, folding, frozen, graph_pass, rewrite, \
+    second_compile, size_branches, size_range
 from ollie.capture.cache_identity import CacheIdentity
 from ollie.capture.size_branches import give_output_strides, real_computation, \
     take_output_strides
 from ollie.capture.report import graph_line
+from ollie.capture.samples import sample_like
+from ollie.cost import measure
 from ollie.log import first_line
 from ollie.options import Options
 
@@ -68,6 +71,7 @@ class OllieBackend:
         self.skipped_functions = 0      # whole functions left to eager PyTorch
         self.eager_sizes: list[eager_or_compiled.EagerSizes] = []  # ... at these sizes
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
+        self.frozen_graphs: set[int] = set()  # graphs whose weights Inductor froze in
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
         self.calls_skipped_directly = False  # a skipped function is called without Dynamo
         # this compile: whether its graph is a whole function of the user's (and so may be
@@ -93,7 +97,7 @@ class OllieBackend:
             if not self.options.inductor:
                 return _compile_without_inductor(gm, example_inputs,
                                                  functools.partial(self._plain, number))
-            inner_calls = self.inner_calls
+            inner_calls, traced = self.inner_calls, frozen.traced_metadata()
             compiled = _compile_with_inductor(gm, example_inputs,
                                               functools.partial(self._inner, number),
                                               self.options)
@@ -104,11 +108,63 @@ class OllieBackend:
             raise
         except Exception as e:  # Ollie failed: Inductor's compile of the original graph
             return self._inductor_alone(gm, example_inputs, number, e)
+        compiled = self._frozen_or(gm, compiled, example_inputs, number,
+                                   frozen.mutates_inputs(traced))
         if self._direct_bounds:  # a size branch runs the graph eagerly below some size
             covered = eager_or_compiled.eager_sizes(gm, example_inputs, self._direct_bounds)
             if covered:
                 self.eager_sizes.append(covered)
         return self._faster_of_eager(gm, compiled, example_inputs, number, stored)
+
+    def _frozen_or(self, gm, compiled, example_inputs, number: int, mutates: bool | None):
+        """``compiled``, or Inductor's compile with the graph's weights frozen in where that
+        runs faster by the adoption margin (``ollie.capture.frozen``): timed on sample
+        inputs with the real weights, the choice stored in the disk cache. ``mutates``:
+        whether the graph writes to its inputs (None: not known, as after a hit in
+        AOTAutograd's cache; a stored choice to freeze was made where it did not)."""
+        weights = frozen.weights(gm) if self.options.inductor and self.options.freeze and \
+            not torch.is_grad_enabled() else {}
+        if not weights:
+            return compiled
+        store = cache.Cache(self.options.cache_dir) if self.options.cache else None
+        key = eager_or_compiled.key(gm, example_inputs) + frozen.SUFFIX
+        entry = store.get(key) if store is not None else None
+        decided = entry.get("decision") if entry else None
+        if decided == cache_entry.NOT_FASTER or \
+                (decided != cache_entry.ADOPTED and mutates is not False):
+            return compiled
+        try:
+            artifact = frozen.FrozenWeights(
+                frozen.compile_frozen(gm, example_inputs, weights, INDUCTOR_CONFIG),
+                compiled, weights, len(example_inputs))
+            if decided == cache_entry.ADOPTED:
+                timing = None
+            else:
+                inputs = artifact.with_weights(sample_like(example_inputs))
+                with real_computation(), torch.no_grad(), torch.random.fork_rng(devices=[]):
+                    timing = measure.compare(lambda: compiled(*inputs),
+                                             lambda: artifact(*inputs),
+                                             budget_s=self.options.measure_cap_s)
+        except DYNAMO_CONTROL:
+            raise
+        except Exception as e:  # freezing failed on this graph: the compile as it is
+            self._note(f"graph {number}: its weights are not frozen in: {first_line(e)}")
+            return compiled
+        faster = timing is None or timing.faster(cache_entry.ADOPTION_MARGIN)
+        if timing is not None and store is not None:
+            store.put(key, {"decision": cache_entry.ADOPTED if faster else
+                            cache_entry.NOT_FASTER, "margin": cache_entry.ADOPTION_MARGIN,
+                            "remeasured": 0, **timing.entry_fields()})
+        if not faster:
+            return compiled
+        self.frozen_graphs.add(number)
+        self._note(f"graph {number} freezes its {len(weights)} weights into Inductor's "
+                   "compile" + (f": {timing.speedup:.2f}× the unfrozen compile's speed "
+                                f"({timing.ollie_median * 1e3:.3f} ms vs "
+                                f"{timing.eager_median * 1e3:.3f} ms)" if timing else
+                                ", stored in the disk cache") +
+                   "; a call whose weights changed runs the unfrozen compile")
+        return artifact
 
     def _inductor_alone(self, gm, example_inputs, number: int, error: Exception):
         try:
@@ -159,6 +215,8 @@ class OllieBackend:
         """What graph ``number``'s compiled artifact runs, in words."""
         report = next((r for r in reversed(self.reports)
                        if r.title.endswith(f"graph {number}")), None)
+        if number in self.frozen_graphs:
+            return "Inductor's compile with frozen weights"
         if report is None or not report.adopted:
             return "Inductor's compile"
         return ("Ollie's rewritten graph, uncompiled" if report.runs_eagerly

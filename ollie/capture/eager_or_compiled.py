@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 
 from ollie import cache, cache_entry
+from ollie.capture import frozen
 from ollie.capture.samples import sample_like
 from ollie.capture.symbolic import has_symbolic_sizes
 from ollie.cost import measure
@@ -188,6 +189,8 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     itself, without torch.compile's wrapper either), the eager side the calls of the modules
     it runs."""
     inputs = sample_like(example_inputs)
+    if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
+        inputs = compiled.with_weights(inputs)
     skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),

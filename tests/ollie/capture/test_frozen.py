@@ -1,0 +1,101 @@
+"""Inference weights frozen into Inductor's compile (``ollie.capture.frozen``): kept only
+where it measured faster, and never stale: a call whose weights changed (another tensor, an
+in-place update) runs the unfrozen compile."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+
+import ollie
+from ollie.capture import backend as backend_mod
+from ollie.capture.frozen import FrozenWeights
+from ollie.cost.measure import Comparison
+
+
+class ConvBN(nn.Module):
+    """A batch norm after a convolution and a product of weights: freezing folds both into
+    new tensors, which an update of the weights leaves stale."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.u, self.v = nn.Parameter(torch.randn(8, 2)), nn.Parameter(torch.randn(2, 4))
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))).mean((2, 3)) @ (self.u @ self.v)
+
+
+def _timed_as(frozen_s: float, unfrozen_s: float):
+    """``measure`` as the backend sees it, timing the frozen compile at ``frozen_s``."""
+    def compare(unfrozen, frozen, budget_s=0.5):
+        unfrozen(), frozen()  # each side runs, as a real comparison's warm-up does
+        return Comparison(unfrozen_s, frozen_s, unfrozen_s / frozen_s, 0.0, 3)
+    return SimpleNamespace(compare=compare)
+
+
+def _randomized(model: nn.Module, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    for p in model.parameters():
+        p.data.normal_()
+    model.bn.running_mean.normal_()
+    model.bn.running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+def test_frozen_weights_follow_every_change_of_a_weight(monkeypatch):
+    from ollie.capture import eager_or_compiled
+    monkeypatch.setattr(backend_mod, "measure", _timed_as(1e-3, 2e-3))
+    monkeypatch.setattr(eager_or_compiled, "choose",  # compiled, not eager, at this size
+                        lambda *a, **k: eager_or_compiled.Choice(eager_or_compiled.COMPILED))
+    model, x = _randomized(ConvBN(), 0), torch.randn(2, 3, 8, 8)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        assert backend.frozen_graphs == {1}, backend.notes
+        assert any("freezes its 7 weights" in n for n in backend.notes), backend.notes
+        model.load_state_dict(_randomized(ConvBN(), 1).state_dict())  # in place: versions move
+        torch.testing.assert_close(compiled(x), model(x))
+        model.bn.running_var.mul_(3.0)  # a buffer updated in place
+        torch.testing.assert_close(compiled(x), model(x))
+        model.u.mul_(2.0)  # a factor of the folded product
+        torch.testing.assert_close(compiled(x), model(x))
+        model.v = nn.Parameter(torch.randn(2, 4))  # another tensor
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_the_frozen_compile_runs_only_while_its_weights_are_unchanged():
+    w, b, x = torch.randn(3), torch.randn(3), torch.randn(3)
+    calls = []
+    artifact = FrozenWeights(lambda *a: calls.append(("frozen", len(a))),
+                             lambda *a: calls.append(("unfrozen", len(a))), {0: w, 2: b}, 3)
+    artifact(w, x, b)
+    artifact(w.clone(), x, b)  # equal values, another tensor
+    b.add_(1.0)
+    artifact(w, x, b)
+    assert calls == [("frozen", 1), ("unfrozen", 3), ("unfrozen", 3)]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_freezing_is_kept_only_where_faster_and_never_under_grad(monkeypatch, grad):
+    monkeypatch.setattr(backend_mod, "measure", _timed_as(2e-3, 1e-3))  # frozen: slower
+    model, x = _randomized(ConvBN(), 0), torch.randn(2, 3, 8, 8)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    compiled = torch.compile(model, backend=backend)
+    with torch.set_grad_enabled(grad):
+        torch.testing.assert_close(compiled(x), model(x))
+    assert not backend.frozen_graphs and not any("freezes" in n for n in backend.notes)
+
+
+def test_a_graph_that_updates_its_buffers_is_not_frozen_and_updates_them_once(monkeypatch):
+    import copy
+    monkeypatch.setattr(backend_mod, "measure", _timed_as(1e-3, 2e-3))  # frozen would win
+    model, x = _randomized(ConvBN(), 0).train(), torch.randn(2, 3, 8, 8)
+    reference = copy.deepcopy(model)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    with torch.no_grad():  # a training batch norm without grad: its statistics move per call
+        torch.testing.assert_close(torch.compile(model, backend=backend)(x), reference(x))
+    assert not backend.frozen_graphs, backend.notes
+    torch.testing.assert_close(model.bn.running_mean, reference.bn.running_mean)
+    assert model.bn.num_batches_tracked.item() == reference.bn.num_batches_tracked.item() == 1
