@@ -156,6 +156,10 @@ class OllieBackend:
                             cache_entry.NOT_FASTER, "margin": cache_entry.ADOPTION_MARGIN,
                             "remeasured": 0, **timing.entry_fields()})
         if not faster:
+            if timing is not None:
+                self._note(f"graph {number} keeps its weights out of Inductor's compile: "
+                           f"frozen in, it ran {timing.speedup:.2f}× the unfrozen compile's "
+                           "speed")
             return compiled
         self.frozen_graphs.add(number)
         self._note(f"graph {number} freezes its {len(weights)} weights into Inductor's "
