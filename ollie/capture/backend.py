@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import warnings
 from typing import Callable
 
@@ -91,7 +92,8 @@ class OllieBackend:
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
         if self.options.inductor:
             stored = self._stored_choice(gm, example_inputs)
-            if stored is not None and stored.runs == eager_or_compiled.EAGER:
+            if stored is not None and stored.runs == eager_or_compiled.EAGER and \
+                    not size_range.lone_symbol(example_inputs):  # (one: see _eager_below)
                 return self._run_eagerly(gm, stored, number, example_inputs)  # won before
         try:
             if not self.options.inductor:
@@ -211,9 +213,49 @@ class OllieBackend:
             except Exception:  # the graph does not run on sample data: keep the compile
                 return compiled
         if choice.runs == eager_or_compiled.EAGER:
-            return self._run_eagerly(gm, choice, number, example_inputs)
+            return self._eager_below(gm, compiled, choice, number, example_inputs) or \
+                self._run_eagerly(gm, choice, number, example_inputs)
         self._note(choice.describe(number, self._compiled_artifact(number)))
         return compiled
+
+    def _eager_below(self, gm, compiled, choice, number: int, example_inputs):
+        """Where eager won at the hint of a graph's one size symbol, the choice measured
+        again at a larger size: where ``compiled`` wins there, each call picks by its size
+        (eager up to the geometric mean of the two sizes), so that no size compiles again
+        (a guard near the hint would make larger calls compile, derive and measure anew).
+        None where eager wins there too, or no larger size can be measured."""
+        lone = size_range.lone_symbol(example_inputs)
+        # Dynamo's example inputs are real tensors of the hint's sizes; its fake ones carry
+        # the size symbols, to sample at other sizes
+        fakes = [n.meta.get("example_value", x) for n, x in
+                 zip(gm.graph.find_nodes(op="placeholder"), example_inputs)]
+        larger = size_range.larger_size(fakes, lone[0]) if lone else None
+        if not larger:
+            return None
+        symbol, where = lone
+        store = cache.Cache(self.options.cache_dir) if self.options.cache else None
+        key = self._choice_key(gm, example_inputs) + f"-at-{larger}"
+        try:
+            with real_computation():
+                there = eager_or_compiled.stored(store, key) or eager_or_compiled.choose(
+                    gm, compiled, fakes, self.options.measure_cap_s, store, key,
+                    at={symbol: larger})
+        except DYNAMO_CONTROL:
+            raise
+        except Exception:  # the graph does not run at that size on sample data
+            return None
+        if there.runs == eager_or_compiled.EAGER:
+            return None
+        threshold = math.isqrt(size_range.hint(example_inputs, symbol) * larger)
+        covered = eager_or_compiled.whole_user_function(gm) and \
+            eager_or_compiled.eager_sizes(gm, example_inputs, {symbol: threshold})
+        if covered:
+            self.eager_sizes.append(covered)
+        self._note(choice.describe(number) + f" where {symbol} <= {threshold}; "
+                   f"{self._compiled_artifact(number)} above (measured again at {larger}: "
+                   f"{there.eager_s / there.compiled_s:.2f}× eager's speed)" +
+                   ("; ollie.optimize calls the function directly below" if covered else ""))
+        return size_range.by_size(gm.forward, compiled, where, threshold, boxed=False)
 
     def _compiled_artifact(self, number: int) -> str:
         """What graph ``number``'s compiled artifact runs, in words."""
@@ -233,7 +275,8 @@ class OllieBackend:
         kernel takes): Dynamo is asked to skip it, or, where it calls other functions of the
         user's (which Dynamo would then intercept and compile one by one), this graph runs
         this once and ``ollie.optimize`` calls the function directly afterwards. A graph with
-        symbolic sizes is instead guarded to sizes up to twice the measured ones (eager's
+        symbolic sizes (where ``_eager_below`` found no larger size at which the compile
+        wins) is instead guarded to sizes up to twice the measured ones (eager's
         lead shrinks as the work grows, so larger calls compile again and are measured
         again), and ``ollie.optimize`` calls a whole function directly at those sizes
         (``eager_or_compiled.EagerSizes``)."""

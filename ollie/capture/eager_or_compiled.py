@@ -180,15 +180,16 @@ def stored(store: cache.Cache | None, k: str) -> Choice | None:
 
 
 def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
-           store: cache.Cache | None, k: str, called_directly: bool = False) -> Choice:
+           store: cache.Cache | None, k: str, called_directly: bool = False,
+           at: dict | None = None) -> Choice:
     """Time ``gm`` itself against ``compiled`` (the baseline) on sample inputs; eager runs
     only when it leads by more than the comparison's noise (``eager_margin``). Where eager
     would let Dynamo skip the function (a whole function at static sizes), each side is
     first charged the Python the timing leaves out: the compiled side Dynamo's frame and
     guards on every call (``called_directly``: ``ollie.optimize`` then calls the function
     itself, without torch.compile's wrapper either), the eager side the calls of the modules
-    it runs."""
-    inputs = sample_like(example_inputs)
+    it runs. ``at``: sizes for the size symbols, instead of their hints."""
+    inputs = sample_like(example_inputs, at)
     if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
         inputs = compiled.with_weights(inputs)
     skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs)

@@ -214,13 +214,19 @@ def hint(example_inputs, symbol: sympy.Symbol) -> int:
     raise ValueError(f"no size of the inputs carries {symbol}")
 
 
-def by_size(small, large, where: tuple[int, int | None], threshold: int):
-    """A boxed callable running ``small`` where the size at ``where`` is at most
-    ``threshold``, else ``large``."""
+def by_size(small, large, where: tuple[int, int | None], threshold: int, boxed: bool = True):
+    """A callable running ``small`` where the size at ``where`` is at most ``threshold``,
+    else ``large``: boxed (one list of arguments, AOTAutograd's convention), or not
+    (Dynamo's)."""
     index, dim = where
 
-    def run(args):
+    def pick(args):
         size = args[index] if dim is None else args[index].shape[dim]
-        return (small if size <= threshold else large)(args)
+        return small if size <= threshold else large
+    if not boxed:
+        return lambda *args: pick(args)(*args)
+
+    def run(args):
+        return pick(args)(args)
     run._boxed_call = True
     return run

@@ -191,3 +191,34 @@ def test_a_rewritten_graph_runs_compiled_or_uncompiled_by_size(monkeypatch):
     # the crossing at the geometric mean of the two measured sizes, √(96·768)
     assert report.by_size.startswith("uncompiled where") and "> 271" in report.by_size
     assert backend.graphs == 2  # a branch, not a recompile
+
+
+def test_a_graph_run_eagerly_at_its_hint_runs_compiled_above_where_compiled_won(monkeypatch):
+    """Eager won at the symbolic graph's hint and lost at a larger size: each call picks by
+    its size, and no larger call compiles again (a guard near the hint would)."""
+    from ollie.capture import eager_or_compiled as eoc
+    from ollie.capture.symbolic import has_symbolic_sizes
+
+    measured = []
+
+    def eager_only_at_the_hint(gm, compiled, example_inputs, *args, at=None, **kwargs):
+        measured.append(at)
+        if at or not has_symbolic_sizes(example_inputs):  # compiled at the static size too
+            return eoc.Choice(eoc.COMPILED, compiled_s=1.0, eager_s=2.0)
+        return eoc.Choice(eoc.EAGER, compiled_s=2.0, eager_s=1.0)
+    monkeypatch.setattr(eoc, "choose", eager_only_at_the_hint)
+
+    def layer(x, w):
+        return torch.tanh(x @ w)
+    backend = OllieBackend(Options(cache=False, budget_s=0.5))
+    f = torch.compile(eoc.own_code(layer, "layer_by_size"), backend=backend)
+    w = torch.randn(64, 64)
+    with torch.no_grad():
+        for rows in (16, 24, 400, 3000, 20):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(f(x, w), layer(x, w))
+    assert backend.graphs == 2, backend.notes  # static 16, then one symbolic graph
+    (larger,) = [at for at in measured if at]
+    (size,) = larger.values()
+    assert size > 24 and any("where s" in n and "above (measured again at" in n
+                                 for n in backend.notes), backend.notes
