@@ -30,15 +30,13 @@ from typing import Callable
 
 import torch
 
-from ollie import cache, cache_entry, log, progress
+from ollie import cache, log, progress
 from ollie.capture import eager_or_compiled, folding, frozen, graph_pass, rewrite, \
     second_compile, size_branches, size_range
 from ollie.capture.cache_identity import CacheIdentity
 from ollie.capture.size_branches import give_output_strides, real_computation, \
     take_output_strides
 from ollie.capture.report import graph_line
-from ollie.capture.samples import sample_like
-from ollie.cost import measure
 from ollie.log import first_line
 from ollie.options import Options
 
@@ -120,56 +118,25 @@ class OllieBackend:
 
     def _frozen_or(self, gm, compiled, example_inputs, number: int, mutates: bool | None):
         """``compiled``, or Inductor's compile with the graph's weights frozen in where that
-        runs faster by the adoption margin (``ollie.capture.frozen``): timed on sample
-        inputs with the real weights, the choice stored in the disk cache. ``mutates``:
-        whether the graph writes to its inputs (None: not known, as after a hit in
-        AOTAutograd's cache; a stored choice to freeze was made where it did not)."""
-        weights = frozen.weights(gm) if self.options.inductor and self.options.freeze and \
-            not torch.is_grad_enabled() else {}
-        if not weights:
+        runs faster (``ollie.capture.frozen.frozen_or``)."""
+        if not (self.options.inductor and self.options.freeze):
             return compiled
         store = cache.Cache(self.options.cache_dir) if self.options.cache else None
         key = eager_or_compiled.key(gm, example_inputs) + frozen.SUFFIX
-        entry = store.get(key) if store is not None else None
-        decided = entry.get("decision") if entry else None
-        if decided == cache_entry.NOT_FASTER or \
-                (decided != cache_entry.ADOPTED and mutates is not False):
-            return compiled
         try:
-            artifact = frozen.FrozenWeights(
-                frozen.compile_frozen(gm, example_inputs, weights, INDUCTOR_CONFIG),
-                compiled, weights, len(example_inputs))
-            if decided == cache_entry.ADOPTED:
-                timing = None
-            else:
-                inputs = artifact.with_weights(sample_like(example_inputs))
-                with real_computation(), torch.no_grad(), torch.random.fork_rng(devices=[]):
-                    timing = measure.compare(lambda: compiled(*inputs),
-                                             lambda: artifact(*inputs),
-                                             budget_s=self.options.measure_cap_s)
+            with real_computation():
+                artifact, note = frozen.frozen_or(gm, compiled, example_inputs, mutates, store,
+                                                  key, self.options.measure_cap_s,
+                                                  INDUCTOR_CONFIG)
         except DYNAMO_CONTROL:
             raise
         except Exception as e:  # freezing failed on this graph: the compile as it is
             self._note(f"graph {number}: its weights are not frozen in: {first_line(e)}")
             return compiled
-        faster = timing is None or timing.faster(cache_entry.ADOPTION_MARGIN)
-        if timing is not None and store is not None:
-            store.put(key, {"decision": cache_entry.ADOPTED if faster else
-                            cache_entry.NOT_FASTER, "margin": cache_entry.ADOPTION_MARGIN,
-                            "remeasured": 0, **timing.entry_fields()})
-        if not faster:
-            if timing is not None:
-                self._note(f"graph {number} keeps its weights out of Inductor's compile: "
-                           f"frozen in, it ran {timing.speedup:.2f}× the unfrozen compile's "
-                           "speed")
-            return compiled
-        self.frozen_graphs.add(number)
-        self._note(f"graph {number} freezes its {len(weights)} weights into Inductor's "
-                   "compile" + (f": {timing.speedup:.2f}× the unfrozen compile's speed "
-                                f"({timing.ollie_median * 1e3:.3f} ms vs "
-                                f"{timing.eager_median * 1e3:.3f} ms)" if timing else
-                                ", stored in the disk cache") +
-                   "; a call whose weights changed runs the unfrozen compile")
+        if note:
+            self._note(f"graph {number} {note}")
+        if artifact is not compiled:
+            self.frozen_graphs.add(number)
         return artifact
 
     def _inductor_alone(self, gm, example_inputs, number: int, error: Exception):

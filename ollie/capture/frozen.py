@@ -21,6 +21,10 @@ import operator
 import torch
 import torch.fx as fx
 
+from ollie import cache, cache_entry
+from ollie.capture.samples import sample_like
+from ollie.cost import measure
+
 # the cache key suffix of a graph's frozen-or-not choice, next to its eager-or-compiled one
 SUFFIX = "-frozen"
 
@@ -54,6 +58,44 @@ def mutates_inputs(before) -> bool | None:
     if meta is None or meta is before:
         return None
     return any(info.mutates_data or info.mutates_metadata for info in meta.input_info)
+
+
+def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None,
+              store: cache.Cache | None, key: str, budget_s: float, config: dict):
+    """``(artifact, note)``: ``compiled``, or a ``FrozenWeights`` of Inductor's compile with
+    the graph's weights frozen in where that ran faster by the adoption margin, timed on
+    sample inputs carrying the real weights (under no grad only); the choice stored under
+    ``key``. ``mutates``: whether the graph writes to its inputs (None: not known, as after a
+    hit in AOTAutograd's cache; a stored choice to freeze was made where it did not). The
+    note (for ``explain``, or None) follows "graph N"."""
+    held = weights(gm) if not torch.is_grad_enabled() else {}
+    entry = store.get(key) if held and store is not None else None
+    decided = entry.get("decision") if entry else None
+    if not held or decided == cache_entry.NOT_FASTER or \
+            (decided != cache_entry.ADOPTED and mutates is not False):
+        return compiled, None
+    artifact = FrozenWeights(compile_frozen(gm, example_inputs, held, config), compiled, held,
+                             len(example_inputs))
+    if decided == cache_entry.ADOPTED:
+        return artifact, (f"freezes its {len(held)} weights into Inductor's compile, stored "
+                          "in the disk cache; a call whose weights changed runs the unfrozen "
+                          "compile")
+    inputs = artifact.with_weights(sample_like(example_inputs))
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        timing = measure.compare(lambda: compiled(*inputs), lambda: artifact(*inputs),
+                                 budget_s=budget_s)
+    faster = timing.faster(cache_entry.ADOPTION_MARGIN)
+    if store is not None:
+        store.put(key, {"decision": cache_entry.ADOPTED if faster else cache_entry.NOT_FASTER,
+                        "margin": cache_entry.ADOPTION_MARGIN, "remeasured": 0,
+                        **timing.entry_fields()})
+    if not faster:
+        return compiled, (f"keeps its weights out of Inductor's compile: frozen in, it ran "
+                          f"{timing.speedup:.2f}× the unfrozen compile's speed")
+    return artifact, (f"freezes its {len(held)} weights into Inductor's compile: "
+                      f"{timing.speedup:.2f}× the unfrozen compile's speed "
+                      f"({timing.ollie_median * 1e3:.3f} ms vs {timing.eager_median * 1e3:.3f} "
+                      "ms); a call whose weights changed runs the unfrozen compile")
 
 
 def compile_frozen(gm: fx.GraphModule, example_inputs, frozen: dict[int, torch.Tensor],

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 import ollie
-from ollie.capture import backend as backend_mod
+from ollie.capture import frozen as frozen_mod
 from ollie.capture.frozen import FrozenWeights
 from ollie.cost.measure import Comparison
 
@@ -27,7 +27,7 @@ class ConvBN(nn.Module):
 
 
 def _timed_as(frozen_s: float, unfrozen_s: float):
-    """``measure`` as the backend sees it, timing the frozen compile at ``frozen_s``."""
+    """``measure`` as ``frozen_or`` sees it, timing the frozen compile at ``frozen_s``."""
     def compare(unfrozen, frozen, budget_s=0.5):
         unfrozen(), frozen()  # each side runs, as a real comparison's warm-up does
         return Comparison(unfrozen_s, frozen_s, unfrozen_s / frozen_s, 0.0, 3)
@@ -45,7 +45,7 @@ def _randomized(model: nn.Module, seed: int) -> nn.Module:
 
 def test_frozen_weights_follow_every_change_of_a_weight(monkeypatch):
     from ollie.capture import eager_or_compiled
-    monkeypatch.setattr(backend_mod, "measure", _timed_as(1e-3, 2e-3))
+    monkeypatch.setattr(frozen_mod, "measure", _timed_as(1e-3, 2e-3))
     monkeypatch.setattr(eager_or_compiled, "choose",  # compiled, not eager, at this size
                         lambda *a, **k: eager_or_compiled.Choice(eager_or_compiled.COMPILED))
     model, x = _randomized(ConvBN(), 0), torch.randn(2, 3, 8, 8)
@@ -79,7 +79,7 @@ def test_the_frozen_compile_runs_only_while_its_weights_are_unchanged():
 
 @pytest.mark.parametrize("grad", [False, True])
 def test_freezing_is_kept_only_where_faster_and_never_under_grad(monkeypatch, grad):
-    monkeypatch.setattr(backend_mod, "measure", _timed_as(2e-3, 1e-3))  # frozen: slower
+    monkeypatch.setattr(frozen_mod, "measure", _timed_as(2e-3, 1e-3))  # frozen: slower
     model, x = _randomized(ConvBN(), 0), torch.randn(2, 3, 8, 8)
     backend = ollie.OllieBackend(ollie.Options(cache=False))
     compiled = torch.compile(model, backend=backend)
@@ -90,7 +90,7 @@ def test_freezing_is_kept_only_where_faster_and_never_under_grad(monkeypatch, gr
 
 def test_a_graph_that_updates_its_buffers_is_not_frozen_and_updates_them_once(monkeypatch):
     import copy
-    monkeypatch.setattr(backend_mod, "measure", _timed_as(1e-3, 2e-3))  # frozen would win
+    monkeypatch.setattr(frozen_mod, "measure", _timed_as(1e-3, 2e-3))  # frozen would win
     model, x = _randomized(ConvBN(), 0).train(), torch.randn(2, 3, 8, 8)
     reference = copy.deepcopy(model)
     backend = ollie.OllieBackend(ollie.Options(cache=False))
