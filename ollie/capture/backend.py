@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import warnings
 from typing import Callable
 
@@ -34,8 +33,8 @@ from ollie import cache, log, progress
 from ollie.capture import eager_or_compiled, folding, frozen, graph_pass, rewrite, \
     second_compile, size_branches, size_range
 from ollie.capture.cache_identity import CacheIdentity
-from ollie.capture.size_branches import give_output_strides, real_computation, \
-    take_output_strides
+from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, \
+    real_computation, take_output_strides
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
@@ -49,10 +48,6 @@ ALTERNATIVE = "-substitutions-alone"
 # A graph with symbolic sizes that runs eagerly is kept to sizes up to this factor of the
 # measured ones (``OllieBackend._run_eagerly``).
 EAGER_RANGE = 2
-
-# Dynamo's own control flow, raised through a backend on purpose: it restarts the analysis
-# (a scalar to tensorify, a speculation to undo) or skips the frame. Never caught here.
-DYNAMO_CONTROL = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame)
 
 
 class OllieWarning(UserWarning):
@@ -91,7 +86,9 @@ class OllieBackend:
         if self.options.inductor:
             stored = self._stored_choice(gm, example_inputs)
             if stored is not None and stored.runs == eager_or_compiled.EAGER and \
-                    not size_range.lone_symbol(example_inputs):  # (one: see _eager_below)
+                    size_branches.eager_everywhere(gm, example_inputs,
+                                                   cache.Cache(self.options.cache_dir),
+                                                   self._choice_key(gm, example_inputs)):
                 return self._run_eagerly(gm, stored, number, example_inputs)  # won before
         try:
             if not self.options.inductor:
@@ -111,9 +108,7 @@ class OllieBackend:
         compiled = self._frozen_or(gm, compiled, example_inputs, number,
                                    frozen.mutates_inputs(traced))
         if self._direct_bounds:  # a size branch runs the graph eagerly below some size
-            covered = eager_or_compiled.eager_sizes(gm, example_inputs, self._direct_bounds)
-            if covered:
-                self.eager_sizes.append(covered)
+            self._called_directly(gm, example_inputs, self._direct_bounds)
         return self._faster_of_eager(gm, compiled, example_inputs, number, stored)
 
     def _frozen_or(self, gm, compiled, example_inputs, number: int, mutates: bool | None):
@@ -186,43 +181,30 @@ class OllieBackend:
         return compiled
 
     def _eager_below(self, gm, compiled, choice, number: int, example_inputs):
-        """Where eager won at the hint of a graph's one size symbol, the choice measured
-        again at a larger size: where ``compiled`` wins there, each call picks by its size
-        (eager up to the geometric mean of the two sizes), so that no size compiles again
-        (a guard near the hint would make larger calls compile, derive and measure anew).
-        None where eager wins there too, or no larger size can be measured."""
-        lone = size_range.lone_symbol(example_inputs)
-        # Dynamo's example inputs are real tensors of the hint's sizes; its fake ones carry
-        # the size symbols, to sample at other sizes
-        fakes = [n.meta.get("example_value", x) for n, x in
-                 zip(gm.graph.find_nodes(op="placeholder"), example_inputs)]
-        larger = size_range.larger_size(fakes, lone[0]) if lone else None
-        if not larger:
-            return None
-        symbol, where = lone
+        """``size_branches.eager_below``'s artifact (eager below a size, ``compiled`` above),
+        noted; or None."""
         store = cache.Cache(self.options.cache_dir) if self.options.cache else None
-        key = self._choice_key(gm, example_inputs) + f"-at-{larger}"
-        try:
-            with real_computation():
-                there = eager_or_compiled.stored(store, key) or eager_or_compiled.choose(
-                    gm, compiled, fakes, self.options.measure_cap_s, store, key,
-                    at={symbol: larger})
-        except DYNAMO_CONTROL:
-            raise
-        except Exception:  # the graph does not run at that size on sample data
+        branch = size_branches.eager_below(gm, compiled, example_inputs, store,
+                                           self._choice_key(gm, example_inputs),
+                                           self.options.measure_cap_s)
+        if branch is None:
             return None
-        if there.runs == eager_or_compiled.EAGER:
-            return None
-        threshold = math.isqrt(size_range.hint(example_inputs, symbol) * larger)
+        artifact, symbol, threshold, larger, there = branch
+        covered = self._called_directly(gm, example_inputs, {symbol: threshold})
+        self._note(choice.describe(number) + f" where {symbol} <= {threshold}; "
+                   f"{self._compiled_artifact(number)} above (measured again at "
+                   f"{larger}: {there.eager_s / there.compiled_s:.2f}× eager's speed)" +
+                   ("; ollie.optimize calls the function directly below" if covered else ""))
+        return artifact
+
+    def _called_directly(self, gm, example_inputs, bounds: dict) -> bool:
+        """Whether ``ollie.optimize`` may call the function of the user's that ``gm`` is all
+        of, without Dynamo, at the sizes ``bounds`` (symbol -> highest) where it runs eagerly."""
         covered = eager_or_compiled.whole_user_function(gm) and \
-            eager_or_compiled.eager_sizes(gm, example_inputs, {symbol: threshold})
+            eager_or_compiled.eager_sizes(gm, example_inputs, bounds)
         if covered:
             self.eager_sizes.append(covered)
-        self._note(choice.describe(number) + f" where {symbol} <= {threshold}; "
-                   f"{self._compiled_artifact(number)} above (measured again at {larger}: "
-                   f"{there.eager_s / there.compiled_s:.2f}× eager's speed)" +
-                   ("; ollie.optimize calls the function directly below" if covered else ""))
-        return size_range.by_size(gm.forward, compiled, where, threshold, boxed=False)
+        return bool(covered)
 
     def _compiled_artifact(self, number: int) -> str:
         """What graph ``number``'s compiled artifact runs, in words."""
@@ -236,23 +218,16 @@ class OllieBackend:
                 else "Inductor's compile of Ollie's rewritten graph")
 
     def _run_eagerly(self, gm, choice, number: int, example_inputs):
-        """The graph as captured, run by eager PyTorch. Where it is the whole of a function
-        of the user's, with static sizes, it runs as plain Python from now on, without
-        Dynamo's guards and frame (20–70 µs a call on a 2-core CPU, more than many a small
-        kernel takes): Dynamo is asked to skip it, or, where it calls other functions of the
-        user's (which Dynamo would then intercept and compile one by one), this graph runs
-        this once and ``ollie.optimize`` calls the function directly afterwards. A graph with
-        symbolic sizes (where ``_eager_below`` found no larger size at which the compile
-        wins) is instead guarded to sizes up to twice the measured ones (eager's
-        lead shrinks as the work grows, so larger calls compile again and are measured
-        again), and ``ollie.optimize`` calls a whole function directly at those sizes
-        (``eager_or_compiled.EagerSizes``)."""
+        """The graph as captured, run by eager PyTorch. A whole function of the user's with
+        static sizes runs as plain Python from now on, without Dynamo's guards and frame
+        (20–70 µs a call on a 2-core CPU): Dynamo skips it, or, where it calls other functions
+        of the user's (which Dynamo would intercept one by one), ``ollie.optimize`` calls it
+        directly. With symbolic sizes (and no larger size where the compile wins,
+        ``_eager_below``) the graph is guarded to sizes up to ``EAGER_RANGE`` times the
+        measured ones, where ``ollie.optimize`` calls a whole function directly."""
         bounds = size_range.guard_near_hints(example_inputs, factor=EAGER_RANGE)
         if bounds:
-            covered = eager_or_compiled.whole_user_function(gm) and \
-                eager_or_compiled.eager_sizes(gm, example_inputs, bounds)
-            if covered:
-                self.eager_sizes.append(covered)
+            covered = self._called_directly(gm, example_inputs, bounds)
             held = " and ".join(size_range.describe(s, None, high) for s, high in bounds.items())
             self._note(choice.describe(number) + f"; at sizes {held}" +
                        ("; ollie.optimize calls the function directly there" if covered else ""))
@@ -292,7 +267,7 @@ class OllieBackend:
             new = self._regions_or_substitutions(gm, new, example_inputs, report, kwargs)
         key = graph_pass.comparison_key(gm, example_inputs, report)
         stored = graph_pass.stored_comparison(key, report, self.options)
-        graph, inputs, wrap = _with_folded_weights(new, example_inputs, kwargs, report)
+        graph, inputs, wrap = folding.with_folded_weights(new, example_inputs, kwargs, report)
         if stored is not None:  # measured before: compile only the winner
             report.adopted = stored
             self._announce(report)
@@ -404,22 +379,6 @@ class OllieBackend:
             print(f"ollie: {note}")
         if warn:
             warnings.warn(f"ollie: {note}", OllieWarning, stacklevel=4)
-
-
-def _with_folded_weights(new, example_inputs, kwargs: dict, report):
-    """(graph, its inputs, wrap): the rewritten graph and its example inputs, and how to
-    wrap a callable of it. In an inference graph, what reads only weights (parameters,
-    buffers) is folded: the graph reads it as extra inputs, and ``wrap`` computes them,
-    again only when a weight changes (``ollie.capture.folding``)."""
-    weights = list(kwargs.get("static_input_idxs") or [])
-    split = folding.fold(new, weights) if kwargs.get("is_inference") and weights else None
-    if split is None:
-        return new, example_inputs, lambda compiled: compiled
-    program, graph = split
-    placeholders = graph.graph.find_nodes(op="placeholder")
-    inputs = list(example_inputs) + [n.meta["val"] for n in placeholders[len(example_inputs):]]
-    report.folded = len(placeholders) - len(example_inputs)
-    return graph, inputs, lambda compiled: folding.FoldedWeights(compiled, program, weights)
 
 
 def _compile_with_inductor(gm, example_inputs, inner, options=None):

@@ -85,6 +85,22 @@ def fold(gm: fx.GraphModule, weight_positions: list[int]
     return program, gm
 
 
+def with_folded_weights(new, example_inputs, kwargs: dict, report):
+    """(graph, its inputs, wrap): the rewritten graph and its example inputs, and how to
+    wrap a callable of it. In an inference graph, what reads only weights (parameters,
+    buffers) is folded: the graph reads it as extra inputs, and ``wrap`` computes them,
+    again only when a weight changes (``ollie.capture.folding``)."""
+    weights = list(kwargs.get("static_input_idxs") or [])
+    split = fold(new, weights) if kwargs.get("is_inference") and weights else None
+    if split is None:
+        return new, example_inputs, lambda compiled: compiled
+    program, graph = split
+    placeholders = graph.graph.find_nodes(op="placeholder")
+    inputs = list(example_inputs) + [n.meta["val"] for n in placeholders[len(example_inputs):]]
+    report.folded = len(placeholders) - len(example_inputs)
+    return graph, inputs, lambda compiled: FoldedWeights(compiled, program, weights)
+
+
 def fold_program(gm: fx.GraphModule, weights: list[fx.Node], frontier: list[fx.Node]
                  ) -> fx.GraphModule:
     """A graph mapping ``weights`` (its inputs, in order) to the values of ``frontier``."""

@@ -10,7 +10,6 @@ plumbing for compiling and timing inside AOTAutograd's compilers.
 from __future__ import annotations
 
 import contextlib
-import math
 
 import torch
 
@@ -24,6 +23,10 @@ from ollie.cost import measure
 EAGERLY = "-eagerly"
 OUTSIDE = "-outside-branch"
 DIRECT = "-called-directly-up-to"  # the sizes where the original called directly wins
+
+# Dynamo's own control flow, raised through a backend on purpose: it restarts the analysis
+# (a scalar to tensorify, a speculation to undo) or skips the frame. Never caught by Ollie.
+DYNAMO_CONTROL = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame)
 
 
 def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: str, options,
@@ -60,11 +63,63 @@ def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: 
     if len(set(eagerly)) == 1:
         return eager if eagerly[0] else compiled_once()
     symbol, where = lone
-    threshold = math.isqrt(size_range.hint(example_inputs, symbol) * larger)
+    threshold = size_range.crossover(example_inputs, symbol, larger)
     report.by_size = f"{'uncompiled' if eagerly[1] else 'compiled'} where {symbol} > " \
                      f"{threshold} (measured again at {larger})"
     small, large = (eager, compiled_once()) if eagerly[0] else (compiled_once(), eager)
     return size_range.by_size(small, large, where, threshold)
+
+
+def eager_below(gm, compiled, example_inputs, store, key: str, budget_s: float):
+    """For a Dynamo graph with one size symbol that ran faster eagerly at its hint, the
+    eager-or-compiled choice measured again at a larger size. Where ``compiled`` wins there:
+    ``(artifact, symbol, threshold, larger, there)``, the artifact picking per call by the size,
+    eager up to ``threshold`` (``size_range.crossover``), so that no size compiles again (a
+    guard near the hint would make larger calls compile, derive and measure anew); ``there``
+    is the choice at the size ``larger``. None where eager wins there too, or no larger size can
+    be measured."""
+    at_larger = _larger(gm, example_inputs)
+    if at_larger is None:
+        return None
+    symbol, where, larger, fakes = at_larger
+    k = f"{key}-at-{larger}"
+    try:
+        with real_computation():
+            there = eager_or_compiled.stored(store, k) or eager_or_compiled.choose(
+                gm, compiled, fakes, budget_s, store, k, at={symbol: larger})
+    except DYNAMO_CONTROL:
+        raise
+    except Exception:  # the graph does not run at that size on sample data
+        return None
+    if there.runs == eager_or_compiled.EAGER:
+        return None
+    threshold = size_range.crossover(example_inputs, symbol, larger)
+    return size_range.by_size(gm.forward, compiled, where, threshold, boxed=False), symbol, \
+        threshold, larger, there
+
+
+def eager_everywhere(gm, example_inputs, store, key: str) -> bool:
+    """Whether a Dynamo graph whose stored choice at its hint is eager runs eagerly at every
+    size without compiling: it has no lone size symbol, no larger size to measure at, or the
+    choice stored at the larger size (``eager_below``) is eager too."""
+    at_larger = _larger(gm, example_inputs)
+    if at_larger is None:
+        return True
+    there = eager_or_compiled.stored(store, f"{key}-at-{at_larger[2]}")
+    return there is not None and there.runs == eager_or_compiled.EAGER
+
+
+def _larger(gm, example_inputs) -> tuple | None:
+    """``(symbol, where, larger size, fake inputs)`` for a graph with one size symbol and a
+    larger size to sample at. Dynamo's example inputs are real tensors of the hint's sizes;
+    the placeholders' fake values carry the size symbols, to sample at other sizes."""
+    lone = size_range.lone_symbol(example_inputs)
+    if lone is None:
+        return None
+    fakes = [n.meta.get("example_value", x) for n, x in
+             zip(gm.graph.find_nodes(op="placeholder"), example_inputs)]
+    larger = size_range.larger_size(fakes, lone[0])
+    return (*lone, larger, fakes) if larger else None
 
 
 def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,

@@ -214,6 +214,12 @@ def hint(example_inputs, symbol: sympy.Symbol) -> int:
     raise ValueError(f"no size of the inputs carries {symbol}")
 
 
+def crossover(example_inputs, symbol: sympy.Symbol, larger: int) -> int:
+    """Where a choice measured at the hint and at ``larger`` switches when they differ: the
+    geometric mean of the two sizes (times grow about as products of sizes do)."""
+    return math.isqrt(hint(example_inputs, symbol) * larger)
+
+
 def by_size(small, large, where: tuple[int, int | None], threshold: int, boxed: bool = True):
     """A callable running ``small`` where the size at ``where`` is at most ``threshold``,
     else ``large``: boxed (one list of arguments, AOTAutograd's convention), or not

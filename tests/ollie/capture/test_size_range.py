@@ -222,3 +222,41 @@ def test_a_graph_run_eagerly_at_its_hint_runs_compiled_above_where_compiled_won(
     (size,) = larger.values()
     assert size > 24 and any("where s" in n and "above (measured again at" in n
                                  for n in backend.notes), backend.notes
+
+
+def test_a_graph_stored_eager_at_both_sizes_runs_eagerly_without_compiling(monkeypatch,
+                                                                           tmp_path):
+    """A warm start reads the choices a first process stored, at the hint and at the larger
+    size: eager at both, so the symbolic graph runs eagerly without Inductor compiling it."""
+    from ollie.capture import backend as backend_module, eager_or_compiled as eoc
+    from ollie.capture.symbolic import has_symbolic_sizes
+
+    def eager_when_symbolic(gm, compiled, example_inputs, budget_s, store, key, *a, **kw):
+        runs = eoc.EAGER if has_symbolic_sizes(example_inputs) else eoc.COMPILED
+        choice = eoc.Choice(runs, compiled_s=1.0, eager_s=1.0 if runs == eoc.EAGER else 2.0)
+        store.put(key, {"decision": runs, "margin": 0.95, "remeasured": 0,
+                        "eager_s": choice.eager_s, "ollie_s": choice.compiled_s})
+        return choice
+    monkeypatch.setattr(eoc, "choose", eager_when_symbolic)
+    compiles = []
+    compile_with_inductor = backend_module._compile_with_inductor
+
+    def counted(gm, example_inputs, *args, **kwargs):
+        compiles.append(has_symbolic_sizes(example_inputs))
+        return compile_with_inductor(gm, example_inputs, *args, **kwargs)
+    monkeypatch.setattr(backend_module, "_compile_with_inductor", counted)
+
+    def layer(x, w):
+        return torch.tanh(x @ w)
+    w = torch.randn(64, 64)
+    for run in ("first", "warm"):
+        backend = OllieBackend(Options(cache_dir=str(tmp_path), budget_s=0.5))
+        f = torch.compile(eoc.own_code(layer, f"layer_{run}"), backend=backend)
+        compiles.clear()
+        with torch.no_grad():
+            for rows in (16, 24):
+                x = torch.randn(rows, 64)
+                torch.testing.assert_close(f(x, w), layer(x, w))
+        assert backend.graphs == 2, backend.notes
+    assert compiles == [False], backend.notes  # the static graph only
+    assert any("runs eagerly" in n for n in backend.notes), backend.notes
