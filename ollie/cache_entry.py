@@ -19,18 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-ADOPTION_MARGIN = 0.95   # a kernel must run in under 95% of eager's time (ollie.choose's rule)
-NOISE_FLOOR = 0.02       # ratios this close to the threshold are noise even with no spread
-
-# What an entry's ``decision`` may say: a region's choice or a whole-graph comparison's. Only
-# these are stored; a region that failed is derived again next time.
-ADOPTED = "adopted"
-NOT_CHEAPER = "kept: no derived form is cheaper than the captured one"
-NOT_FASTER = "kept: the derived program measured not clearly faster than the original"
-GLUE_ONLY = ("kept: its contractions are the original's (same operators, work and layouts, "
-             f"but for ones doing under {1 - ADOPTION_MARGIN:.0%} of the work); "
-             "Inductor fuses the work around them in either form")
-CACHEABLE = (ADOPTED, NOT_CHEAPER, NOT_FASTER, GLUE_ONLY)
+from ollie.decision import ADOPTION_MARGIN, NOISE_FLOOR
 
 _NUMBER = (int, float)
 

@@ -17,7 +17,7 @@ import torch
 
 import codegen
 from ollie import cost as cost_model
-from ollie.cache_entry import ADOPTED, ADOPTION_MARGIN, GLUE_ONLY, NOT_CHEAPER, NOT_FASTER
+from ollie.decision import ADOPTION_MARGIN, Decision, Outcome, decide
 from ollie.capture import contractions
 from ollie.cost import lowered, measure, ranker
 
@@ -39,7 +39,7 @@ def choose(report, region, original: Callable[[], object], start, candidates: li
                                     and not _contractions_unchanged(signature, c)]
                                    for cs in (derived, second_opinion))
         if not derived and not second_opinion:
-            report.decision = GLUE_ONLY
+            report.decision = Decision(Outcome.GLUE_ONLY)
             return
     # Extraction's estimate admits a candidate, and the analytic cost's pick; under Inductor,
     # so do fewer multiply-adds in its contractions; without Inductor, so does the ranker's
@@ -57,7 +57,7 @@ def choose(report, region, original: Callable[[], object], start, candidates: li
     promising = selection.to_measure
     report.unmeasured = selection.skipped
     if not promising:
-        report.decision = NOT_CHEAPER
+        report.decision = Decision(Outcome.NOT_CHEAPER)
         return
     t0 = time.perf_counter()
     try:
@@ -96,8 +96,8 @@ def _measure_and_decide(report, original, tensors, expected, options, show, star
     if winner is not None and winner is not timed[0]:
         winner = _interleaved_best(winner, timed[0], tensors, options)
     if winner is None:
-        report.decision = ("kept: no derived program matched the original ("
-                           + "; ".join(r.reason for r in results) + ")")
+        report.decision = Decision(Outcome.KEPT, reason="no derived program matched the "
+                                   "original (" + "; ".join(r.reason for r in results) + ")")
         report.error = min((r.error for r in results), default=None)
         return
     report.chosen, report.rule_chain = winner.candidate.program, winner.candidate.rule_chain
@@ -107,16 +107,13 @@ def _measure_and_decide(report, original, tensors, expected, options, show, star
     with torch.no_grad():
         timing = measure.compare(original, lambda: winner.kernel(*inputs),
                                  budget_s=options.measure_cap_s)
-        if options.inductor and timing.faster(ADOPTION_MARGIN):
+        if options.inductor and decide(timing).adopted:
             alike = _against_lowered_original(start, tensors, winner.kernel, inputs, options)
             if alike.speedup < timing.speedup:  # the smaller lead counts
                 timing, report.original_lowered = alike, True
-    report.eager_s, report.ollie_s = timing.eager_median, timing.ollie_median
-    report.speedup, report.spread = timing.speedup, timing.spread
-    if not timing.faster(ADOPTION_MARGIN):
-        report.decision = NOT_FASTER
-        return
-    adopt(report, winner.kernel)
+    report.decision = decide(timing)
+    if report.decision.adopted:
+        adopt(report, winner.kernel)
 
 
 def _interleaved_best(measured_best, ranker_first, tensors: dict, options):
@@ -171,9 +168,9 @@ def _contractions_unchanged(original: list, candidate) -> bool:
 
 
 def adopt(report, kernel) -> None:
+    """The region runs ``kernel`` (its decision: adopted)."""
     report.kernel, report.input_names = kernel, tuple(kernel.input_names)
     report.kernel_source = getattr(kernel, "source", "")
-    report.decision = ADOPTED
 
 
 def cached_backend(options) -> str:

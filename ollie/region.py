@@ -23,7 +23,8 @@ import ir
 import derivations
 from derivations.normalize import inline_views
 from ollie import cache, choose, progress
-from ollie.cache_entry import ADOPTED, ADOPTION_MARGIN, CACHEABLE
+from ollie import decision as decisions
+from ollie.decision import Decision, Outcome
 from ollie.cache_lock import decision_lock
 from ollie import cost as cost_model
 from ollie.log import first_line
@@ -44,9 +45,9 @@ class RegionReport:
     derive_s: float = 0.0
     measure_s: float = 0.0               # seconds timing its candidates and the original
     error: float | None = None           # max relative error against eager
-    eager_s: float | None = None
-    ollie_s: float | None = None
-    decision: str = ""
+    # the derived program against the original (baseline): the outcome and its figures
+    decision: Decision = field(default_factory=lambda: Decision(Outcome.KEPT, reason="not "
+                                                                "decided"))
     kernel: Callable | None = None       # set when the region is adopted
     input_names: tuple[str, ...] = ()
     kernel_source: str = ""
@@ -56,8 +57,6 @@ class RegionReport:
     model_pick_ratio: float | None = None             # time of the ranker's top pick / best
     unmeasured: int = 0                               # candidates the ranker left unmeasured
     backend: str = "torch"                            # codegen backend of the chosen kernel
-    speedup: float | None = None                      # best original time / best derived
-    spread: float | None = None                       # the noise of that ratio (relative)
     remeasured: int = 0                               # times a noisy decision was re-measured
     size_range: str = ""                              # sizes the choice is guarded to
     original_lowered: bool = False    # the original timed as lowered alike, not its ATen calls
@@ -70,18 +69,18 @@ class RegionReport:
         return {"program": ir.to_text(self.chosen, declarations=True) if self.chosen else None,
                 "original": ir.to_text(self.original, declarations=True),
                 "rule_chain": list(self.rule_chain), "cost_before": self.cost_before,
-                "cost_after": self.cost_after, "eager_s": self.eager_s,
-                "ollie_s": self.ollie_s, "error": self.error, "decision": self.decision,
-                "backend": self.backend, "speedup": self.speedup, "spread": self.spread,
-                "margin": ADOPTION_MARGIN, "remeasured": self.remeasured,
+                "cost_after": self.cost_after, "error": self.error, "backend": self.backend,
+                **self.decision.entry(), "remeasured": self.remeasured,
                 "model_pick_ratio": self.model_pick_ratio,
                 "original_lowered": self.original_lowered}
 
     def summary(self) -> str:
-        speed = (f", original {self.eager_s * 1e3:.3f} ms vs derived {self.ollie_s * 1e3:.3f} ms"
-                 if self.eager_s and self.ollie_s else "")
+        eager_s, ollie_s = self.decision.baseline_s, self.decision.challenger_s
+        speed = (f", original {eager_s * 1e3:.3f} ms vs derived {ollie_s * 1e3:.3f} ms"
+                 if eager_s and ollie_s else "")
         held = f"; holds for {self.size_range}" if self.size_range else ""
-        return (f"ollie: region {self.root_name} ({' → '.join(self.ops)}): {self.decision}"
+        return (f"ollie: region {self.root_name} ({' → '.join(self.ops)}): "
+                f"{self.decision.text}"
                 f"; est. {_us(self.cost_before)} → {_us(self.cost_after)}{speed}{held}")
 
     def describe(self, adopted: bool | None = None) -> str:
@@ -118,13 +117,13 @@ class RegionReport:
         if self.unmeasured:
             lines.append(f"  {self.unmeasured} candidate(s) not measured: the ranker "
                          "estimates them slower, or they make the same calls as another")
-        if self.eager_s is not None and self.ollie_s is not None:
+        eager_s, ollie_s = self.decision.baseline_s, self.decision.challenger_s
+        if eager_s is not None and ollie_s is not None:
             lowered = " (lowered alike)" if self.original_lowered else ""
             lines.append(f"  measured (medians of interleaved runs, uncompiled): original"
-                         f"{lowered} {self.eager_s * 1e3:.3f} ms, derived "
-                         f"{self.ollie_s * 1e3:.3f} ms ({self.eager_s / self.ollie_s:.2f}×, "
-                         f"{self.backend} backend)")
-        lines.append(f"  decision: {self.decision}")
+                         f"{lowered} {eager_s * 1e3:.3f} ms, derived {ollie_s * 1e3:.3f} ms "
+                         f"({eager_s / ollie_s:.2f}×, {self.backend} backend)")
+        lines.append(f"  decision: {self.decision.text}")
         if self.size_range and self.size_branch:
             lines.append(f"  runs where {self.size_range}: the original graph runs at other "
                          "sizes, where it does fewer multiply-adds (a branch on the size)")
@@ -151,13 +150,13 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
     # processes sharing the folder (the ranks of a job) derive each decision once
     with decision_lock(store, key) if store else nullcontext():
         entry = store.get(key) if store else None
-        if not entry or entry.get("decision") == ADOPTED:  # a program will be checked
+        if not entry or entry.get("decision") == Outcome.ADOPTED.value:  # checked below
             report.allowed_error = allowance(region, reference)
         if _from_cache(report, entry, tensors, expected, options):  # within noise: `ollie tune`
             return report
         with progress.progress(options.progress) if show is None else nullcontext(show) as show:
             _derive_and_choose(report, region, reference, tensors, expected, options, show)
-        if store and report.decision in CACHEABLE:  # failures are re-derived next time
+        if store and report.decision.outcome in decisions.STORED:  # failures: derived again
             store.put(key, report.cache_entry())
     return report
 
@@ -165,16 +164,14 @@ def compile_region(region, reference: dict, options, show=None) -> RegionReport:
 def _from_cache(report, entry, tensors, expected, options) -> bool:
     """Reuse a stored decision: no derivation, no measurement; an adopted program is still
     checked once on these inputs (a stale or damaged entry is ignored, never trusted)."""
-    if not entry:
+    decision = decisions.stored(entry)
+    if decision is None:
         return False
-    report.cached = True
+    report.cached, report.decision = True, decision
     report.rule_chain = tuple(entry.get("rule_chain", ()))
     report.cost_before, report.cost_after = entry.get("cost_before", 0), entry.get("cost_after", 0)
-    report.eager_s, report.ollie_s = entry.get("eager_s"), entry.get("ollie_s")
-    report.speedup, report.spread = entry.get("speedup"), entry.get("spread")
     report.original_lowered = bool(entry.get("original_lowered"))
-    if entry.get("decision") != ADOPTED:
-        report.decision = entry.get("decision", "kept")
+    if not decision.adopted:
         try:  # the best derived program, not used: what a size range is judged against
             report.chosen = ir.parse(entry["program"]) if entry.get("program") else None
         except Exception:
@@ -214,7 +211,7 @@ def _derive_and_choose(report, region, reference, tensors, expected, options, sh
         report.derive_s = time.perf_counter() - t0
         report.derivation = derivation.report
     except Exception as e:  # a derivation bug must not break the user's function
-        report.decision = f"kept: derivation failed: {first_line(e)}"
+        report.decision = Decision(Outcome.KEPT, reason=f"derivation failed: {first_line(e)}")
         return
     report.candidates = candidates + second_opinion
     choose.choose(report, region, as_program(region, reference), start, candidates,

@@ -85,7 +85,7 @@ class OllieBackend:
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
         if self.options.inductor:
             stored = self._stored_choice(gm, example_inputs)
-            if stored is not None and stored.runs == eager_or_compiled.EAGER and \
+            if stored is not None and stored.adopted and \
                     size_branches.eager_everywhere(gm, example_inputs,
                                                    cache.Cache(self.options.cache_dir),
                                                    self._choice_key(gm, example_inputs)):
@@ -174,10 +174,10 @@ class OllieBackend:
                 raise
             except Exception:  # the graph does not run on sample data: keep the compile
                 return compiled
-        if choice.runs == eager_or_compiled.EAGER:
+        if choice.adopted:  # the graph run eagerly
             return self._eager_below(gm, compiled, choice, number, example_inputs) or \
                 self._run_eagerly(gm, choice, number, example_inputs)
-        self._note(choice.describe(number, self._compiled_artifact(number)))
+        self._note(eager_or_compiled.describe(choice, number, self._compiled_artifact(number)))
         return compiled
 
     def _eager_below(self, gm, compiled, choice, number: int, example_inputs):
@@ -191,9 +191,9 @@ class OllieBackend:
             return None
         artifact, symbol, threshold, larger, there = branch
         covered = self._called_directly(gm, example_inputs, {symbol: threshold})
-        self._note(choice.describe(number) + f" where {symbol} <= {threshold}; "
-                   f"{self._compiled_artifact(number)} above (measured again at "
-                   f"{larger}: {there.eager_s / there.compiled_s:.2f}× eager's speed)" +
+        self._note(eager_or_compiled.describe(choice, number) +
+                   f" where {symbol} <= {threshold}; {self._compiled_artifact(number)} above "
+                   f"(measured again at {larger}: {there.challenger_s / there.baseline_s:.2f}× eager's speed)" +
                    ("; ollie.optimize calls the function directly below" if covered else ""))
         return artifact
 
@@ -225,22 +225,23 @@ class OllieBackend:
         directly. With symbolic sizes (and no larger size where the compile wins,
         ``_eager_below``) the graph is guarded to sizes up to ``EAGER_RANGE`` times the
         measured ones, where ``ollie.optimize`` calls a whole function directly."""
+        told = eager_or_compiled.describe(choice, number)
         bounds = size_range.guard_near_hints(example_inputs, factor=EAGER_RANGE)
         if bounds:
             covered = self._called_directly(gm, example_inputs, bounds)
             held = " and ".join(size_range.describe(s, None, high) for s, high in bounds.items())
-            self._note(choice.describe(number) + f"; at sizes {held}" +
+            self._note(told + f"; at sizes {held}" +
                        ("; ollie.optimize calls the function directly there" if covered else ""))
             return gm.forward
         if eager_or_compiled.whole_user_function(gm):
             self.skipped_functions += 1
             if eager_or_compiled.calls_other_functions():
-                self._note(choice.describe(number) + "; the function runs eagerly from now "
-                           "on (ollie.optimize calls it directly)")
+                self._note(told + "; the function runs eagerly from now on (ollie.optimize "
+                           "calls it directly)")
                 return gm.forward
-            self._note(choice.describe(number) + "; Dynamo skips the function from now on")
+            self._note(told + "; Dynamo skips the function from now on")
             raise torch._dynamo.exc.SkipFrame("ollie: eager PyTorch runs this function faster")
-        self._note(choice.describe(number))
+        self._note(told)
         return gm.forward
 
     # -- AOTAutograd's compilers -------------------------------------------------------------

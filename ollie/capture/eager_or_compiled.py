@@ -5,7 +5,7 @@ convolution at batch 1 or a transposed matrix-vector product run 2–3× slower 
 CPU. Users want the fastest correct program, so each inference graph is run both ways on
 sample inputs of its shapes, interleaved (``measure.compare``), and the graph as Dynamo
 captured it (what eager PyTorch runs, without the Python around it) replaces the compiled
-artifact only when it is faster by the adoption margin. Where that graph is a whole function
+artifact only when it is faster beyond the comparison's noise (``decision.noise_margin``). Where that graph is a whole function
 of the user's, Dynamo is asked to skip the function (its frame and guards cost more than many
 a small kernel). The choice is stored in the disk cache: a second process neither measures
 nor, when eager won, compiles.
@@ -23,35 +23,31 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from ollie import cache, cache_entry
+from ollie import cache
 from ollie.capture import frozen
 from ollie.capture.samples import sample_like
 from ollie.capture.symbolic import has_symbolic_sizes
 from ollie.cost import measure
+from ollie.decision import Decision, Outcome, decide, noise_margin
+from ollie import decision as decisions
 
-ADOPTION_MARGIN = cache_entry.ADOPTION_MARGIN
-EAGER, COMPILED = "eager", "compiled"
 
-
-@dataclass
-class Choice:
-    runs: str                      # EAGER or COMPILED
-    compiled_s: float | None = None
-    eager_s: float | None = None
-    stored: bool = False           # taken from the disk cache, not measured now
-
-    def describe(self, number: int, compiled: str = "Inductor's compile") -> str:
-        """One line for ``explain``; ``compiled`` names what the compiled artifact runs."""
-        if self.compiled_s is None or self.eager_s is None:
-            return f"graph {number}: {self.runs}"
-        ratio = self.compiled_s / self.eager_s
-        stored = ", stored in the disk cache" if self.stored else ""
-        if self.runs == EAGER:
-            return (f"graph {number} runs eagerly (library calls): {ratio:.2f}× faster than "
-                    f"{compiled} ({self.eager_s * 1e3:.3f} ms vs "
-                    f"{self.compiled_s * 1e3:.3f} ms{stored})")
-        return (f"graph {number} runs {compiled}: {1 / ratio:.2f}× eager's speed "
-                f"({self.compiled_s * 1e3:.3f} ms vs {self.eager_s * 1e3:.3f} ms eager{stored})")
+def describe(choice: Decision, number: int, compiled: str = "Inductor's compile") -> str:
+    """One line for ``explain`` on the choice between graph ``number``'s compile (the
+    baseline) and the graph run eagerly (the challenger); ``compiled`` names what the
+    compiled artifact runs."""
+    runs = "runs eagerly (library calls)" if choice.adopted else f"runs {compiled}"
+    if choice.baseline_s is None or choice.challenger_s is None:
+        return f"graph {number} {runs}"
+    ratio = choice.baseline_s / choice.challenger_s
+    stored = ", stored in the disk cache" if choice.stored else ""
+    if choice.adopted:
+        return (f"graph {number} {runs}: {ratio:.2f}× faster than {compiled} "
+                f"({choice.challenger_s * 1e3:.3f} ms vs {choice.baseline_s * 1e3:.3f} ms"
+                f"{stored})")
+    return (f"graph {number} {runs}: {1 / ratio:.2f}× eager's speed "
+            f"({choice.baseline_s * 1e3:.3f} ms vs {choice.challenger_s * 1e3:.3f} ms eager"
+            f"{stored})")
 
 
 def whole_user_function(gm: fx.GraphModule) -> bool:
@@ -170,25 +166,24 @@ def key(gm: fx.GraphModule, example_inputs) -> str:
     return "runner-" + h.hexdigest()
 
 
-def stored(store: cache.Cache | None, k: str) -> Choice | None:
-    entry = store.get(k) if store is not None else None
-    if not entry or entry.get("decision") not in (EAGER, COMPILED):
-        return None
-    # the comparison's baseline is the compiled graph, its challenger the graph run eagerly
-    return Choice(entry["decision"], compiled_s=entry.get("eager_s"),
-                  eager_s=entry.get("ollie_s"), stored=True)
+def stored(store: cache.Cache | None, k: str) -> Decision | None:
+    """The choice stored under ``k``: adopted where the graph runs eagerly."""
+    choice = decisions.stored(store.get(k) if store is not None else None)
+    return choice if choice and choice.outcome in (Outcome.ADOPTED, Outcome.NOT_FASTER) \
+        else None
 
 
 def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
            store: cache.Cache | None, k: str, called_directly: bool = False,
-           at: dict | None = None) -> Choice:
-    """Time ``gm`` itself against ``compiled`` (the baseline) on sample inputs; eager runs
-    only when it leads by more than the comparison's noise (``eager_margin``). Where eager
-    would let Dynamo skip the function (a whole function at static sizes), each side is
-    first charged the Python the timing leaves out: the compiled side Dynamo's frame and
-    guards on every call (``called_directly``: ``ollie.optimize`` then calls the function
-    itself, without torch.compile's wrapper either), the eager side the calls of the modules
-    it runs. ``at``: sizes for the size symbols, instead of their hints."""
+           at: dict | None = None) -> Decision:
+    """Time ``gm`` itself (the challenger) against ``compiled`` (the baseline) on sample
+    inputs; eager runs only when it leads by more than the comparison's noise
+    (``decision.noise_margin``). Where eager would let Dynamo skip the function (a whole
+    function at static sizes), each side is first charged the Python the timing leaves
+    out: the compiled side Dynamo's frame and guards on every call (``called_directly``:
+    ``ollie.optimize`` then calls the function itself, without torch.compile's wrapper
+    either), the eager side the calls of the modules it runs. ``at``: sizes for the size
+    symbols, instead of their hints."""
     inputs = sample_like(example_inputs, at)
     if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
         inputs = compiled.with_weights(inputs)
@@ -196,43 +191,34 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)
-    compiled_s, eager_s = timing.eager_median, timing.ollie_median
-    margin = eager_margin(timing.spread)
+    margin = noise_margin(timing.spread)
+    charges = (0.0, 0.0)
     if skippable:
-        eager_s += module_calls(gm) * module_call_overhead()
-        compiled_s = with_frame(compiled_s, eager_s, margin, example_inputs, called_directly)
-    runs = EAGER if eager_s <= compiled_s * margin else COMPILED
+        modules = module_calls(gm) * module_call_overhead()
+        charges = (frame_charge(timing, margin, example_inputs, called_directly, modules),
+                   modules)
+    choice = decide(timing, margin, *charges)
     if store is not None:
-        store.put(k, {"decision": runs, "margin": margin, "remeasured": 0,
-                      **timing.entry_fields(), "eager_s": compiled_s, "ollie_s": eager_s,
-                      "speedup": compiled_s / eager_s})
-    return Choice(runs, compiled_s=compiled_s, eager_s=eager_s)
-
-
-def eager_margin(spread: float) -> float:
-    """How much faster eager must run to replace the compiled graph: by more than the noise
-    of the comparison (twice its spread, and at least ``NOISE_FLOOR``), and never by more
-    than the adoption margin asks. Both are torch's own programs, so a clear lead of 3 %
-    counts, and a graph that measures a few percent apart between runs (a BERT stack's
-    9 ms) needs its 5 %."""
-    return 1 - min(1 - ADOPTION_MARGIN, max(cache_entry.NOISE_FLOOR, 2 * spread))
+        store.put(k, choice.entry())
+    return choice
 
 
 def _probe(*xs):
     return torch._foreach_add(xs, 1)  # one library call: the guards are what it measures
 
 
-def with_frame(baseline_s: float, challenger_s: float, margin: float, example_inputs,
-               called_directly: bool) -> float:
-    """``baseline_s`` plus Dynamo's frame on each call (``dynamo_call_overhead``), where the
-    challenger would run without it. Calibrating the frame costs a compile and thousands of
-    calls, so it is done only where it can decide whether the challenger wins (runs within
-    ``margin`` of the baseline): not where it wins without the charge, nor where it loses
-    even against the charge's bound (``frame_bound``)."""
-    if challenger_s <= baseline_s * margin or \
-            challenger_s > (baseline_s + frame_bound(example_inputs)) * margin:
-        return baseline_s
-    return baseline_s + dynamo_call_overhead(example_inputs, called_directly)
+def frame_charge(timing, margin: float, example_inputs, called_directly: bool,
+                 challenger_charge_s: float = 0.0) -> float:
+    """Dynamo's frame on each call of the baseline (``dynamo_call_overhead``), where the
+    challenger would run without it; 0 where it cannot decide. Calibrating the frame costs a
+    compile and thousands of calls, so it is done only where it can decide whether the
+    challenger wins (runs within ``margin`` of the baseline): not where it wins without the
+    charge, nor where it loses even against the charge's bound (``frame_bound``)."""
+    if decide(timing, margin, 0.0, challenger_charge_s).adopted or \
+            not decide(timing, margin, frame_bound(example_inputs),
+                       challenger_charge_s).adopted:
+        return 0.0
+    return dynamo_call_overhead(example_inputs, called_directly)
 
 
 def frame_bound(example_inputs) -> float:

@@ -21,9 +21,10 @@ import operator
 import torch
 import torch.fx as fx
 
-from ollie import cache, cache_entry
+from ollie import cache, decision as decisions
 from ollie.capture.samples import sample_like
 from ollie.cost import measure
+from ollie.decision import Outcome
 
 # the cache key suffix of a graph's frozen-or-not choice, next to its eager-or-compiled one
 SUFFIX = "-frozen"
@@ -69,14 +70,14 @@ def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None
     hit in AOTAutograd's cache; a stored choice to freeze was made where it did not). The
     note (for ``explain``, or None) follows "graph N"."""
     held = weights(gm) if not torch.is_grad_enabled() else {}
-    entry = store.get(key) if held and store is not None else None
-    decided = entry.get("decision") if entry else None
-    if not held or decided == cache_entry.NOT_FASTER or \
-            (decided != cache_entry.ADOPTED and mutates is not False):
+    decided = decisions.stored(store.get(key) if held and store is not None else None)
+    decided = decided.outcome if decided else None
+    if not held or decided is Outcome.NOT_FASTER or \
+            (decided is not Outcome.ADOPTED and mutates is not False):
         return compiled, None
     artifact = FrozenWeights(compile_frozen(gm, example_inputs, held, config), compiled, held,
                              len(example_inputs))
-    if decided == cache_entry.ADOPTED:
+    if decided is Outcome.ADOPTED:
         return artifact, (f"freezes its {len(held)} weights into Inductor's compile, stored "
                           "in the disk cache; a call whose weights changed runs the unfrozen "
                           "compile")
@@ -84,12 +85,10 @@ def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: artifact(*inputs),
                                  budget_s=budget_s)
-    faster = timing.faster(cache_entry.ADOPTION_MARGIN)
+    decision = decisions.decide(timing)
     if store is not None:
-        store.put(key, {"decision": cache_entry.ADOPTED if faster else cache_entry.NOT_FASTER,
-                        "margin": cache_entry.ADOPTION_MARGIN, "remeasured": 0,
-                        **timing.entry_fields()})
-    if not faster:
+        store.put(key, decision.entry())
+    if not decision.adopted:
         return compiled, (f"keeps its weights out of Inductor's compile: frozen in, it ran "
                           f"{timing.speedup:.2f}× the unfrozen compile's speed")
     return artifact, (f"freezes its {len(held)} weights into Inductor's compile: "

@@ -18,16 +18,15 @@ import torch.fx as fx
 
 import codegen
 import ir
-from ollie import cache, cache_entry, region as region_mod
+from ollie import cache, decision as decisions, region as region_mod
 from ollie.cost import measure
+from ollie.decision import Outcome
 from ollie.log import first_line
 from ollie.capture import regions as regions_mod
 from ollie.capture import contractions, eager_or_compiled, graph_rules, rewrite, size_range, \
     symbolic
 from ollie.capture.samples import concrete, sample_like
 from ollie.numerics import allowed_error, max_relative_error
-
-ADOPTION_MARGIN = cache_entry.ADOPTION_MARGIN
 
 
 @dataclass
@@ -146,8 +145,9 @@ def take_alternative(report: GraphReport) -> fx.GraphModule:
     for r in report.regions:
         if r.kernel is not None:
             r.kernel = None
-            r.decision = ("kept: the graph substitutions on the original graph ran faster "
-                          "than the graph with this region's program")
+            r.decision = r.decision.overruled(
+                Outcome.KEPT, "the graph substitutions on the original graph ran faster than "
+                "the graph with this region's program")
     report.substitutions = report.alternative_substitutions
     report.size_branch = None  # no region's choice left to depend on the sizes
     return report.alternative
@@ -223,10 +223,10 @@ def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
         try:
             traced = _trace(region, kernel, operands, decompositions, dynamic)
         except symbolic.SizeSpecific as e:
-            rr.kernel, rr.decision = None, f"kept: {e}"
+            rr.kernel, rr.decision = None, rr.decision.overruled(Outcome.KEPT, str(e))
             continue
         if inductor and _same_contractions(region, traced):
-            rr.kernel, rr.decision = None, cache_entry.GLUE_ONLY
+            rr.kernel, rr.decision = None, rr.decision.overruled(Outcome.GLUE_ONLY)
             continue
         # What runs is the traced graph, so it is what is checked (a kernel whose work the
         # trace cannot see, such as a raw Triton launch, would leave its output unwritten).
@@ -234,14 +234,15 @@ def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
             error = max_relative_error(traced(*operands), values[region.root])
         if not error <= rr.allowed_error:
             rr.kernel = None
-            rr.decision = f"kept: the program traced into ATen differs (error {error:.2e})"
+            rr.decision = rr.decision.overruled(
+                Outcome.KEPT, f"the program traced into ATen differs (error {error:.2e})")
             continue
         if dynamic:
             try:
                 symbolic.check_other_size(region, traced, kernel.input_names,
                                           _shape_env(example_inputs))
             except symbolic.SizeSpecific as e:
-                rr.kernel, rr.decision = None, f"kept: {e}"
+                rr.kernel, rr.decision = None, rr.decision.overruled(Outcome.KEPT, str(e))
                 continue
         rewrite.splice(new, mapping[region.root],
                        [mapping[region.inputs[name]] for name in kernel.input_names], traced)
@@ -317,7 +318,7 @@ def _crossings(region, rr, traced_programs, values, decompositions, options, sha
 def _same_contractions(region, traced: fx.GraphModule) -> bool:
     return contractions.unchanged(contractions.signature(region.members),
                                   contractions.signature(traced.graph.nodes),
-                                  1 - ADOPTION_MARGIN)
+                                  1 - decisions.ADOPTION_MARGIN)
 
 
 def _flops(region, traced: fx.GraphModule, input_names):
@@ -390,11 +391,12 @@ def stored_comparison(key: str, report: GraphReport, options) -> bool | None:
     """Whether the rewritten graph won when this comparison was last measured (None: never);
     the stored times go into the report, marked as stored. A decision within noise is kept
     too: a warm start measures nothing (``ollie tune`` measures such decisions again)."""
-    entry = cache.Cache(options.cache_dir).get(key) if options.cache else None
-    if not entry or not entry.get("eager_s") or not entry.get("ollie_s"):
+    stored = decisions.stored(cache.Cache(options.cache_dir).get(key) if options.cache
+                              else None)
+    if not stored or not stored.baseline_s or not stored.challenger_s:
         return None
-    report.timing, report.timing_cached = (entry["eager_s"], entry["ollie_s"]), True
-    return entry.get("decision") == cache_entry.ADOPTED
+    report.timing, report.timing_cached = (stored.baseline_s, stored.challenger_s), True
+    return stored.adopted
 
 
 def compare(original, rewritten, example_inputs, report: GraphReport, options,
@@ -404,31 +406,24 @@ def compare(original, rewritten, example_inputs, report: GraphReport, options,
     callables) by the adoption margin, measured on sample inputs (at the size symbols'
     hints, or the sizes ``at`` gives them); stored under ``key``. ``eagerly``: ``rewritten``
     is a graph run as it is, whose lead need only clear the comparison's noise
-    (``eager_or_compiled.eager_margin``); ``frame``: ``original`` is charged Dynamo's frame
-    on each call, which ``rewritten`` would be called without."""
+    (``decision.noise_margin``); ``frame``: ``original`` is charged Dynamo's frame on each
+    call, which ``rewritten`` would be called without."""
     inputs = sample_like(example_inputs, at)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: original(list(inputs)),
                                  lambda: rewritten(list(inputs)),
                                  budget_s=options.measure_cap_s)
-    baseline_s = timing.eager_median
-    if eagerly:
-        margin = eager_or_compiled.eager_margin(timing.spread)
-        if frame:
-            baseline_s = eager_or_compiled.with_frame(baseline_s, timing.ollie_median, margin,
-                                                      example_inputs, True)
-        faster = timing.ollie_median <= baseline_s * margin
-    else:
-        faster = timing.faster(ADOPTION_MARGIN)
-    report.timing = (baseline_s, timing.ollie_median)
+    margin = decisions.noise_margin(timing.spread) if eagerly else decisions.ADOPTION_MARGIN
+    charge = eager_or_compiled.frame_charge(timing, margin, example_inputs, True) \
+        if eagerly and frame else 0.0
+    decision = decisions.decide(timing, margin, charge)
+    report.timing = (decision.baseline_s, decision.challenger_s)
     if options.cache:
         cache.Cache(options.cache_dir).put(key, {
             "program": None, "rule_chain": [], "cost_before": 0.0, "cost_after": 0.0,
-            "error": None, "backend": "inductor", "margin": ADOPTION_MARGIN,
-            "remeasured": report.remeasured, **timing.entry_fields(),
-            "eager_s": timing.eager_median, "ollie_s": timing.ollie_median,
-            "decision": cache_entry.ADOPTED if faster else cache_entry.NOT_FASTER})
-    return faster
+            "error": None, "backend": "inductor", **decision.entry(),
+            "remeasured": report.remeasured})
+    return decision.adopted
 
 
 def comparison_key(gm: fx.GraphModule, example_inputs, report: GraphReport) -> str:

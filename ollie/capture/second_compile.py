@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from ollie import cache, cache_entry
+from ollie import cache
 from ollie.capture.samples import sample_like
 from ollie.cost import measure
+from ollie.decision import ADOPTION_MARGIN, Outcome
 
 # the cache key suffix of this choice, next to the whole graph's comparison
 SUFFIX = "-regions-gain-bound"
@@ -26,8 +27,9 @@ def can_pay_off(original, example_inputs, report, key: str, options) -> bool:
     """Whether the rewritten graph (``report``'s adopted regions) could beat ``original``
     (the compiled original graph, boxed) by the adoption margin; when not, the report's
     note says by how much it falls short."""
-    saves = [r.eager_s - r.ollie_s for r in report.adopted_regions
-             if r.eager_s is not None and r.ollie_s is not None]
+    figures = [(r.decision.baseline_s, r.decision.challenger_s) for r in report.adopted_regions]
+    saves = [eager_s - ollie_s for eager_s, ollie_s in figures
+             if eager_s is not None and ollie_s is not None]
     if report.substitutions or len(saves) < len(report.adopted_regions):
         return True
     store = cache.Cache(options.cache_dir) if options.cache else None
@@ -39,11 +41,11 @@ def can_pay_off(original, example_inputs, report, key: str, options) -> bool:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             compiled_s = measure.measure(lambda: original(list(inputs))).median
         if store:
-            store.put(key + SUFFIX, {"eager_s": compiled_s, "decision": "compiled original"})
-    if sum(saves) >= (1 - cache_entry.ADOPTION_MARGIN) * compiled_s:
+            store.put(key + SUFFIX, {"eager_s": compiled_s, "decision": Outcome.MEASURED.value})
+    if sum(saves) >= (1 - ADOPTION_MARGIN) * compiled_s:
         return True
     report.note = (f"the rewritten graph is not compiled: its regions save "
                    f"{sum(saves) * 1e3:.3f} ms measured uncompiled, under "
-                   f"{1 - cache_entry.ADOPTION_MARGIN:.0%} of the compiled original's "
+                   f"{1 - ADOPTION_MARGIN:.0%} of the compiled original's "
                    f"{compiled_s * 1e3:.3f} ms, so it could not win")
     return False

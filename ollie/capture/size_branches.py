@@ -17,6 +17,7 @@ from ollie import cache
 from ollie.capture import eager_or_compiled, graph_pass, size_range
 from ollie.capture.samples import sample_like
 from ollie.cost import measure
+from ollie.decision import Outcome
 
 # The cache key suffixes of a rewritten graph's eager-vs-compiled comparison, and of the
 # original graph's outside a size branch
@@ -91,7 +92,7 @@ def eager_below(gm, compiled, example_inputs, store, key: str, budget_s: float):
         raise
     except Exception:  # the graph does not run at that size on sample data
         return None
-    if there.runs == eager_or_compiled.EAGER:
+    if there.adopted:  # eager there too
         return None
     threshold = size_range.crossover(example_inputs, symbol, larger)
     return size_range.by_size(gm.forward, compiled, where, threshold, boxed=False), symbol, \
@@ -106,7 +107,7 @@ def eager_everywhere(gm, example_inputs, store, key: str) -> bool:
     if at_larger is None:
         return True
     there = eager_or_compiled.stored(store, f"{key}-at-{at_larger[2]}")
-    return there is not None and there.runs == eager_or_compiled.EAGER
+    return there is not None and there.adopted
 
 
 def _larger(gm, example_inputs) -> tuple | None:
@@ -200,8 +201,8 @@ def direct_up_to(chosen, eager, example_inputs, symbol, low: int, key: str, opti
             up_to = 2 * low if lead_at_twice > 0 else \
                 low + int(low * lead_at_low / (lead_at_low - lead_at_twice))
     if options.cache:
-        cache.Cache(options.cache_dir).put(key + DIRECT, {"decision": "direct", "up_to": up_to,
-                                                         "remeasured": 0})
+        cache.Cache(options.cache_dir).put(key + DIRECT, {"decision": Outcome.MEASURED.value,
+                                                         "up_to": up_to, "remeasured": 0})
     return up_to
 
 

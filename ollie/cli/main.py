@@ -52,7 +52,7 @@ def demo(args, out) -> int:
                 print("  rule chain: " + " → ".join(region.rule_chain), file=out)
                 print("  derived:\n" + _indent(ir.to_text(ir.readable(region.chosen))), file=out)
             used = region.kernel is not None and report.adopted
-            print("  decision: " + ("the derived program runs" if used else region.decision
+            print("  decision: " + ("the derived program runs" if used else region.decision.text
                                     if region.kernel is None else "kept: the compiled "
                                     "original was as fast"), file=out)
     err = bench_cmd.max_relative_error(got, expected)

@@ -335,7 +335,7 @@ class Comparison:
 
 BLOCK_S = 5e-3  # a timed block of back-to-back calls lasts at least this long
 # every round this far apart, one side ahead in each: no decision's threshold (all lie within
-# 5 % of a tie, ``cache_entry.ADOPTION_MARGIN``) is near, more rounds would not move it
+# 5 % of a tie, ``decision.ADOPTION_MARGIN``) is near, more rounds would not move it
 SETTLED, SETTLED_ROUNDS = 1.10, 6
 
 

@@ -11,9 +11,9 @@ is removed, and the next first call decides it afresh.
 """
 from __future__ import annotations
 
-from ollie import cache_entry
+from ollie import cache_entry, decision as decisions
 from ollie.cache import Cache
-from ollie.cache_entry import ADOPTED, NOT_FASTER
+from ollie.decision import Outcome
 
 
 def remeasure_noisy(cache_dir=None, budget_s: float = 0.5) -> dict:
@@ -24,26 +24,27 @@ def remeasure_noisy(cache_dir=None, budget_s: float = 0.5) -> dict:
         return done
     for key in cache.keys():
         entry = cache.get(key)
-        if entry is None or entry.get("decision") not in (ADOPTED, NOT_FASTER) \
+        stored = decisions.stored(entry)
+        if stored is None or stored.outcome not in (Outcome.ADOPTED, Outcome.NOT_FASTER) \
                 or not cache_entry.needs_remeasure(entry):
             continue
         try:
-            fields = _measure(entry, budget_s)
+            timing = _measure(entry, budget_s)
         except Exception:  # a program that no longer lowers or runs here
-            fields = None
-        if fields is None:
+            timing = None
+        if timing is None:
             done["dropped"] += cache.drop(key)
             continue
-        margin = entry.get("margin") or cache_entry.ADOPTION_MARGIN
-        decision = ADOPTED if fields.pop("faster_by")(margin) else NOT_FASTER
-        done["flipped"] += decision != entry["decision"]
-        done["remeasured"] += cache.put(key, dict(entry, **fields, decision=decision,
-                                                  remeasured=entry.get("remeasured", 0) + 1))
+        decision = decisions.decide(timing, stored.margin)
+        done["flipped"] += decision.outcome is not stored.outcome
+        done["remeasured"] += cache.put(key, {**entry, **decision.entry(),
+                                              "remeasured": entry.get("remeasured", 0) + 1})
     return done
 
 
-def _measure(entry: dict, budget_s: float) -> dict | None:
-    """New timing fields for ``entry`` (None: it cannot be measured here)."""
+def _measure(entry: dict, budget_s: float):
+    """``entry``'s original against its program, timed again (a ``measure.Comparison``;
+    None: it cannot be measured here)."""
     import torch
 
     import codegen
@@ -70,5 +71,4 @@ def _measure(entry: dict, budget_s: float) -> dict | None:
         expected, got = eager(*a), ollie(*b)
         if max_relative_error(got, expected) > tolerance(expected.dtype):
             return None  # the stored program does not match its original: forget it
-        c = measure.compare(lambda: eager(*a), lambda: ollie(*b), budget_s=budget_s)
-    return dict(c.entry_fields(), faster_by=c.faster)
+        return measure.compare(lambda: eager(*a), lambda: ollie(*b), budget_s=budget_s)

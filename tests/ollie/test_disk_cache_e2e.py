@@ -29,7 +29,8 @@ SCRIPT = textwrap.dedent("""
         import ollie.capture.eager_or_compiled as eoc
         measured = gp.compare
         gp.compare = lambda *a, **k: False if k.get("eagerly") else measured(*a, **k)
-        eoc.choose = lambda *a, **k: eoc.Choice(eoc.COMPILED)
+        from ollie.decision import Decision, Outcome
+        eoc.choose = lambda *a, **k: Decision(Outcome.NOT_FASTER)
 
     torch.manual_seed(0)
     a, b, c = torch.randn(256, 512), torch.randn(512, 512), torch.randn(512, 4)  # 40x fewer flops
@@ -61,7 +62,7 @@ SCRIPT = textwrap.dedent("""
                 t0 = time.perf_counter(); fn(); best[name].append(time.perf_counter() - t0)
     overhead = min(best["wrapped"]) - min(best["direct"])  # best times: robust to load
     own = min(best["wrapped"]) - min(best["compiled"])
-    print(json.dumps({"aot_hit": False, "cached": region.cached, "decision": region.decision,
+    print(json.dumps({"aot_hit": False, "cached": region.cached, "decision": region.decision.text,
                       "error": err,
                       "graph_adopted": graph.adopted, "timing_cached": graph.timing_cached,
                       "overhead_s": overhead, "own_overhead_s": own}))

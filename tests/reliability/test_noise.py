@@ -21,8 +21,8 @@ def entry(decision: str, **fields) -> dict:
 
 @pytest.fixture
 def decisions():
-    from ollie.cache_entry import ADOPTED, NOT_FASTER
-    return ADOPTED, NOT_FASTER
+    from ollie.decision import Outcome
+    return Outcome.ADOPTED.value, Outcome.NOT_FASTER.value
 
 
 def test_a_noisy_decision_is_measured_again_once_and_a_clear_one_is_kept(tmp_path, decisions):

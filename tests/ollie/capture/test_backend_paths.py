@@ -15,6 +15,7 @@ import ollie
 from ollie.capture import backend as backend_mod
 from ollie.capture import eager_or_compiled
 from ollie.cost import measure
+from ollie.decision import Decision, Outcome
 
 
 def elementwise(a, b):
@@ -80,8 +81,8 @@ def test_the_frame_is_calibrated_only_where_it_could_change_the_choice(
 def test_the_frame_is_charged_where_it_can_decide(monkeypatch, challenger_s, charged_s):
     monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *_: 30e-6)
     xs = [torch.ones(4, 4)] * 3
-    got = eager_or_compiled.with_frame(1e-3, challenger_s, 0.98, xs, True)
-    assert got == pytest.approx(charged_s)
+    got = eager_or_compiled.frame_charge(timing(1e-3, challenger_s), 0.98, xs, True)
+    assert 1e-3 + got == pytest.approx(charged_s)
 
 
 
@@ -98,8 +99,10 @@ def test_a_second_compile_runs_only_where_the_regions_gains_could_clear_the_marg
     from ollie.capture import graph_pass, second_compile
     from ollie.region import RegionReport
 
-    region = RegionReport("r", [], ir.parse("T[i] = A[i]", tensors={"A": (4,)}), eager_s=1e-3,
-                          ollie_s=1e-3 - saves_s, kernel=lambda *xs: None)
+    region = RegionReport("r", [], ir.parse("T[i] = A[i]", tensors={"A": (4,)}),
+                          decision=Decision(Outcome.ADOPTED, baseline_s=1e-3,
+                                            challenger_s=1e-3 - saves_s),
+                          kernel=lambda *xs: None)
     report = graph_pass.GraphReport("inference graph 1", regions=[region],
                                     substitutions=substitutions)
 
@@ -389,9 +392,9 @@ def test_explain_names_what_the_compiled_artifact_runs():
     report.runs_eagerly = True
     assert backend._compiled_artifact(1) == "Ollie's rewritten graph, uncompiled"
     assert backend._compiled_artifact(2) == "Inductor's compile"
-    choice = eager_or_compiled.Choice(eager_or_compiled.COMPILED, 1e-4, 1e-3)
-    assert "graph 1 runs Ollie's rewritten graph, uncompiled: 10.00×" in choice.describe(
-        1, backend._compiled_artifact(1))
+    choice = Decision(Outcome.NOT_FASTER, baseline_s=1e-4, challenger_s=1e-3)
+    assert "graph 1 runs Ollie's rewritten graph, uncompiled: 10.00×" in \
+        eager_or_compiled.describe(choice, 1, backend._compiled_artifact(1))
 
 
 def test_a_graphs_derivation_budget_pays_each_regions_rules_and_extraction(monkeypatch):

@@ -293,13 +293,14 @@ def test_the_substitutions_alone_stand_against_regions_that_took_in_their_contra
         return [torch.tanh(x[t] @ w) for t in range(x.shape[0])]
     gm, fakes = graph_of(fn, torch.randn(6, 3, 8), torch.randn(8, 5))
     report = graph_pass.GraphReport("inference graph 1")  # as if a region took every product
-    region = SimpleNamespace(kernel=object(), decision="adopted")
+    from ollie.decision import Decision, Outcome
+    region = SimpleNamespace(kernel=object(), decision=Decision(Outcome.ADOPTED))
     report.regions = [region]
     graph_pass._substitutions_alone(gm, fakes, report, inductor=True)
     assert report.alternative is not None and report.substitutions == []
     chosen = graph_pass.take_alternative(report)
     assert count(chosen, aten.mm.default) == 1 and report.substitutions[0].startswith("shared_rhs")
-    assert region.kernel is None and region.decision.startswith("kept: the graph substitutions")
+    assert region.kernel is None and region.decision.text.startswith("kept: the graph substitutions")
 
 
 def test_linear_maps_of_a_batch_of_any_size_merge_where_the_split_sizes_are_fixed():

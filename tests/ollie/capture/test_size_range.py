@@ -12,6 +12,7 @@ from torch.utils._sympy.value_ranges import ValueRanges
 
 from ollie import OllieBackend, Options
 from ollie.capture import size_range
+from ollie.decision import Decision, Outcome
 
 s = sympy.Symbol("s0", positive=True, integer=True)
 
@@ -58,7 +59,7 @@ def test_a_chain_rewritten_above_its_crossing_branches_to_the_original_below_it(
     backend = _chain_at_growing_and_shrinking_rows("chain_rows")
     if not backend.reports[0].adopted:  # a 3x lead lost to a disturbed timing: once more
         backend = _chain_at_growing_and_shrinking_rows("chain_rows_again")
-    decisions = [(r.title, r.adopted, [x.decision for x in r.regions]) for r in backend.reports]
+    decisions = [(r.title, r.adopted, [x.decision.text for x in r.regions]) for r in backend.reports]
     # static 512, then one symbolic graph: a (b c) from 64 rows, (a b) c below, no recompile
     assert backend.graphs == 2, (backend.notes, decisions)
     report = backend.reports[1]
@@ -204,8 +205,8 @@ def test_a_graph_run_eagerly_at_its_hint_runs_compiled_above_where_compiled_won(
     def eager_only_at_the_hint(gm, compiled, example_inputs, *args, at=None, **kwargs):
         measured.append(at)
         if at or not has_symbolic_sizes(example_inputs):  # compiled at the static size too
-            return eoc.Choice(eoc.COMPILED, compiled_s=1.0, eager_s=2.0)
-        return eoc.Choice(eoc.EAGER, compiled_s=2.0, eager_s=1.0)
+            return Decision(Outcome.NOT_FASTER, baseline_s=1.0, challenger_s=2.0)
+        return Decision(Outcome.ADOPTED, baseline_s=2.0, challenger_s=1.0)
     monkeypatch.setattr(eoc, "choose", eager_only_at_the_hint)
 
     def layer(x, w):
@@ -232,10 +233,10 @@ def test_a_graph_stored_eager_at_both_sizes_runs_eagerly_without_compiling(monke
     from ollie.capture.symbolic import has_symbolic_sizes
 
     def eager_when_symbolic(gm, compiled, example_inputs, budget_s, store, key, *a, **kw):
-        runs = eoc.EAGER if has_symbolic_sizes(example_inputs) else eoc.COMPILED
-        choice = eoc.Choice(runs, compiled_s=1.0, eager_s=1.0 if runs == eoc.EAGER else 2.0)
-        store.put(key, {"decision": runs, "margin": 0.95, "remeasured": 0,
-                        "eager_s": choice.eager_s, "ollie_s": choice.compiled_s})
+        eager = has_symbolic_sizes(example_inputs)  # runs eagerly (adopted), as measured
+        choice = Decision(Outcome.ADOPTED if eager else Outcome.NOT_FASTER, baseline_s=1.0,
+                          challenger_s=0.5 if eager else 2.0)
+        store.put(key, choice.entry())
         return choice
     monkeypatch.setattr(eoc, "choose", eager_when_symbolic)
     compiles = []

@@ -79,7 +79,7 @@ def test_a_region_whose_program_fixes_sizes_keeps_its_nodes_at_every_size():
         torch.testing.assert_close(compiled(x, w1, w2), chain(x, w1, w2), rtol=1e-4, atol=1e-3)
     dynamic = backend.reports[-1]
     assert not dynamic.note and not dynamic.adopted, dynamic.note
-    assert [r.decision for r in dynamic.regions] == [
+    assert [r.decision.text for r in dynamic.regions] == [
         "kept: the derived program is specific to these sizes (1 size guard(s) while "
         "tracing it)"]
     assert backend.graphs == 2
