@@ -373,11 +373,18 @@ def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool):
     like = region.root.meta["val"]
     if not dynamic:
         return rewrite.trace_kernel(kernel, operands, like, decompositions)
+    if getattr(getattr(kernel, "index_table", None), "arrays", None):
+        raise symbolic.SizeSpecific("the derived program gathers by index tables built for "
+                                    "these sizes")
     like = torch.empty_strided([concrete(d) for d in like.shape],
                                [concrete(d) for d in like.stride()], dtype=like.dtype)
     metas = [region.inputs[name].meta["val"] for name in kernel.input_names]
     fakes, env = symbolic.fake_inputs(operands, metas)
-    traced = rewrite.trace_kernel(kernel, operands, like, decompositions, fakes)
+    try:
+        traced = rewrite.trace_kernel(kernel, operands, like, decompositions, fakes)
+    except Exception as e:  # what the program does at these sizes does not trace for all
+        raise symbolic.SizeSpecific(f"the derived program does not trace with symbolic "
+                                    f"sizes: {first_line(e)}") from e
     symbolic.refuse_specialised(env)
     return traced
 

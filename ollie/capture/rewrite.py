@@ -85,10 +85,14 @@ def splice(gm: fx.GraphModule, root: fx.Node, inputs: list[fx.Node],
             if node.op == "output":
                 result = fx.node.map_arg(node.args[0], mapping.__getitem__)
                 break
-            if node.op == "get_attr":
+            if node.op == "get_attr":  # read through ``lift_fresh``, as AOTAutograd reads
+                # a constant: a no-op that fake tensor propagation (Inductor's) lifts to fake
                 name = _fresh_attr(gm, "_ollie_constant")
                 gm.register_buffer(name, getattr(traced, node.target), persistent=False)
-                mapping[node] = gm.graph.get_attr(name)
+                constant = gm.graph.get_attr(name)
+                constant.meta = dict(node.meta)
+                mapping[node] = gm.graph.call_function(torch.ops.aten.lift_fresh.default,
+                                                       (constant,))
                 mapping[node].meta = dict(node.meta)
                 continue
             mapping[node] = gm.graph.node_copy(node, mapping.__getitem__)
@@ -106,12 +110,7 @@ def finish(gm: fx.GraphModule, example_inputs) -> None:
     if mode is None:
         FakeTensorProp(gm).propagate(*example_inputs)
         return
-    allowed = mode.allow_non_fake_inputs  # the spliced programs' index constants are real
-    mode.allow_non_fake_inputs = True
-    try:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*example_inputs)
-    finally:
-        mode.allow_non_fake_inputs = allowed
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*example_inputs)
 
 
 def _fresh_attr(gm: fx.GraphModule, prefix: str) -> str:

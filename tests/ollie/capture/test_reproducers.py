@@ -174,3 +174,32 @@ def test_explain_on_a_module():
         assert close(opt(x), model(x))
     text = str(opt.explain())
     assert text.startswith("ollie.explain(Sequential)") and "graph 1" in text
+
+
+def test_a_spliced_program_reading_an_index_constant_compiles_under_inductor():
+    """A derived program that gathers reads real index tensors; spliced into an ATen graph,
+    Inductor's fake tensor propagation must take them (it failed with "Please convert all
+    Tensors to FakeTensors" on a masked attention layer)."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ollie.capture import rewrite
+
+    rows, cols = torch.tensor([[2], [0]]), torch.tensor([[1, 0, 2]])
+    gathered = make_fx(lambda x: x[rows, cols] * 2)(torch.randn(3, 3))
+    assert gathered.graph.find_nodes(op="get_attr")  # the indices are constants
+
+    def inner(gm, example_inputs, **kwargs):
+        (root,) = gm.graph.output_node().args[0]  # tanh(x) + 1, replaced by a gather of tanh
+        rewrite.splice(gm, root, [root.args[0]], gathered)
+        rewrite.finish(gm, example_inputs)
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    def f(x):
+        return torch.tanh(x) + 1
+    compiled = torch.compile(f, backend=lambda gm, xs: compile_fx(gm, xs, inner_compile=inner))
+    x = torch.randn(3, 3)
+    # (the caches key on the graph before ``inner`` changes it: compile it here)
+    with torch.no_grad(), torch._functorch.config.patch(enable_autograd_cache=False), \
+            torch._inductor.config.patch(fx_graph_cache=False):
+        torch.testing.assert_close(compiled(x), torch.tanh(x)[rows, cols] * 2)

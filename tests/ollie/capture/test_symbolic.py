@@ -83,3 +83,16 @@ def test_a_region_whose_program_fixes_sizes_keeps_its_nodes_at_every_size():
         "kept: the derived program is specific to these sizes (1 size guard(s) while "
         "tracing it)"]
     assert backend.graphs == 2
+
+
+def test_a_program_gathering_by_index_tables_is_specific_to_its_sizes():
+    """Index tables are built for the sizes a program was derived at: with symbolic sizes
+    its region is kept (a reason in explain), never a failure of the whole graph."""
+    from types import SimpleNamespace
+
+    from ollie.capture import graph_pass, symbolic
+
+    kernel = SimpleNamespace(index_table=SimpleNamespace(arrays={"pos": [0, 2, 1]}))
+    region = SimpleNamespace(root=SimpleNamespace(meta={"val": torch.empty(3)}))
+    with pytest.raises(symbolic.SizeSpecific, match="index tables"):
+        graph_pass._trace(region, kernel, [], {}, dynamic=True)
