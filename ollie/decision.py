@@ -64,6 +64,12 @@ class Decision:
         return self.outcome is Outcome.ADOPTED
 
     @property
+    def ratio(self) -> float:
+        """The baseline's time over the challenger's, as decided on (the medians' ratio where
+        no per-round figure was kept)."""
+        return self.speedup or self.baseline_s / self.challenger_s
+
+    @property
     def text(self) -> str:
         """The decision in words, for ``explain``."""
         return f"kept: {self.reason}" if self.outcome is Outcome.KEPT else TEXT[self.outcome]

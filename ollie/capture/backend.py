@@ -193,7 +193,7 @@ class OllieBackend:
         covered = self._called_directly(gm, example_inputs, {symbol: threshold})
         self._note(eager_or_compiled.describe(choice, number) +
                    f" where {symbol} <= {threshold}; {self._compiled_artifact(number)} above "
-                   f"(measured again at {larger}: {there.challenger_s / there.baseline_s:.2f}× eager's speed)" +
+                   f"(measured again at {larger}: {1 / there.ratio:.2f}× eager's speed)" +
                    ("; ollie.optimize calls the function directly below" if covered else ""))
         return artifact
 

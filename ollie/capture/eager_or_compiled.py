@@ -39,7 +39,7 @@ def describe(choice: Decision, number: int, compiled: str = "Inductor's compile"
     runs = "runs eagerly (library calls)" if choice.adopted else f"runs {compiled}"
     if choice.baseline_s is None or choice.challenger_s is None:
         return f"graph {number} {runs}"
-    ratio = choice.baseline_s / choice.challenger_s
+    ratio = choice.ratio
     stored = ", stored in the disk cache" if choice.stored else ""
     if choice.adopted:
         return (f"graph {number} {runs}: {ratio:.2f}× faster than {compiled} "
