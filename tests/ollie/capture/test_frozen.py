@@ -100,3 +100,19 @@ def test_a_graph_that_updates_its_buffers_is_not_frozen_and_updates_them_once(mo
     assert not backend.frozen_graphs, backend.notes
     torch.testing.assert_close(model.bn.running_mean, reference.bn.running_mean)
     assert model.bn.num_batches_tracked.item() == reference.bn.num_batches_tracked.item() == 1
+
+
+def test_a_graph_with_symbolic_sizes_is_not_frozen(monkeypatch):
+    """Freezing packs weights for fixed sizes only: a symbolic graph is not even tried."""
+    def no_frozen_compile(*args):
+        raise AssertionError("a frozen compile of a graph with symbolic sizes")
+    monkeypatch.setattr(frozen_mod, "compile_frozen", no_frozen_compile)
+    model = _randomized(ConvBN(), 0)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 3):
+            x = torch.randn(batch, 3, 8, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert not backend.frozen_graphs
+    assert any("symbolic, and freezing" in n for n in backend.notes), backend.notes
