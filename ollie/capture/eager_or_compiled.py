@@ -5,10 +5,10 @@ convolution at batch 1 or a transposed matrix-vector product run 2–3× slower 
 CPU. Users want the fastest correct program, so each inference graph is run both ways on
 sample inputs of its shapes, interleaved (``measure.compare``), and the graph as Dynamo
 captured it (what eager PyTorch runs, without the Python around it) replaces the compiled
-artifact only when it is faster beyond the comparison's noise (``decision.noise_margin``). Where that graph is a whole function
-of the user's, Dynamo is asked to skip the function (its frame and guards cost more than many
-a small kernel). The choice is stored in the disk cache: a second process neither measures
-nor, when eager won, compiles.
+artifact only when it is faster beyond the comparison's noise (``decision.noise_margin``).
+Where that graph is a whole function of the user's, Dynamo is asked to skip the function
+(its frame and guards cost more than many a small kernel). The choice is stored in the disk
+cache: a second process neither measures nor, when eager won, compiles.
 
 Training graphs keep the compiled artifact: their backward is compiled with the forward, and
 one forward timing would not judge both.
