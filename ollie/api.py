@@ -159,7 +159,7 @@ class OptimizedFunction(functools.partial):
 def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: bool = True,
              budget_s: float = 2.0, max_nodes: int = 20_000, candidates: int = 4,
              measure_top: int = 2, measure_cap_s: float = 0.5, cache: bool = True,
-             cache_dir: str | None = None,
+             cache_dir: str | None = None, freeze: bool = True,
              verbose: bool = False, progress: bool | str = "auto",
              dynamic: bool | None = None):
     """Optimize a torch function or ``nn.Module``; use bare (``@optimize``) or with options.
@@ -173,6 +173,8 @@ def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: boo
     measure_top / measure_cap_s: how many of them are measured -- the candidate ranker's best
       ``measure_top``, more where its estimates are close -- and seconds of timing each.
     cache / cache_dir: the persistent decision cache (default $OLLIE_CACHE_DIR or per user).
+    freeze: try Inductor's compile with the weights frozen in (inference, static sizes), kept
+      where it measures faster; False skips that extra compile.
     progress: a progress line while deriving and measuring ("auto": if stderr is a terminal).
     verbose: print each region's decision (the ``ollie`` log, ``TORCH_LOGS="+ollie"``).
     dynamic: as torch.compile's (None: a size that varies becomes symbolic on recompile).
@@ -180,7 +182,8 @@ def optimize(fn: Callable | None = None, *, backend: str = "auto", inductor: boo
     options = Options(backend=backend, inductor=inductor, budget_s=budget_s,
                       max_nodes=max_nodes, candidates=candidates, measure_top=measure_top,
                       measure_cap_s=measure_cap_s,
-                      cache=cache, cache_dir=cache_dir, verbose=verbose, progress=progress)
+                      cache=cache, cache_dir=cache_dir, freeze=freeze, verbose=verbose,
+                      progress=progress)
     register()
     if dynamic not in (None, True, False):
         raise ValueError(f"ollie: dynamic must be None, True or False, got {dynamic!r}")

@@ -198,10 +198,11 @@ class OllieBackend:
         return artifact
 
     def _called_directly(self, gm, example_inputs, bounds: dict) -> bool:
-        """Whether ``ollie.optimize`` may call the function of the user's that ``gm`` is all
-        of, without Dynamo, at the sizes ``bounds`` (symbol -> highest) where it runs eagerly."""
-        covered = eager_or_compiled.whole_user_function(gm) and \
-            eager_or_compiled.eager_sizes(gm, example_inputs, bounds)
+        """Whether ``ollie.optimize`` (which calls skipped functions itself) may call the
+        function of the user's that ``gm`` is all of, without Dynamo, at the sizes ``bounds``
+        (symbol -> highest) where it runs eagerly."""
+        covered = self.calls_skipped_directly and eager_or_compiled.whole_user_function(gm) \
+            and eager_or_compiled.eager_sizes(gm, example_inputs, bounds)
         if covered:
             self.eager_sizes.append(covered)
         return bool(covered)
@@ -236,8 +237,9 @@ class OllieBackend:
         if eager_or_compiled.whole_user_function(gm):
             self.skipped_functions += 1
             if eager_or_compiled.calls_other_functions():
-                self._note(told + "; the function runs eagerly from now on (ollie.optimize "
-                           "calls it directly)")
+                self._note(told + "; the function runs eagerly from now on" +
+                           (" (ollie.optimize calls it directly)"
+                            if self.calls_skipped_directly else ""))
                 return gm.forward
             self._note(told + "; Dynamo skips the function from now on")
             raise torch._dynamo.exc.SkipFrame("ollie: eager PyTorch runs this function faster")

@@ -421,3 +421,33 @@ def test_a_graphs_derivation_budget_pays_each_regions_rules_and_extraction(monke
             budget, graph_pass.MIN_REGION_S + graph_pass.EXTRACTION_S)
         assert len(left) == 6 - derived
         assert all("budget was spent" in why for why in left.values())
+
+
+def _doubled(x):
+    return x * 2
+
+
+def calls_a_helper(a, b):
+    return _doubled(torch.tanh(a)) * b
+
+
+@pytest.mark.parametrize("through_optimize", [False, True])
+def test_only_ollie_optimize_is_said_to_call_an_eager_function_directly(monkeypatch,
+                                                                        through_optimize):
+    """A function that calls a helper and runs faster eagerly is not skipped (Dynamo would
+    compile the helper on its own); ``ollie.optimize`` calls it directly, torch.compile still
+    runs Dynamo's frame, and explain's note says which."""
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))  # eager wins
+    fn = eager_or_compiled.own_code(calls_a_helper, f"calls_a_helper_{through_optimize}")
+    options = ollie.Options(measure_cap_s=0.05, cache=False)
+    if through_optimize:
+        compiled = ollie.optimize(fn, **options.__dict__)
+        backend = compiled.backend
+    else:
+        backend = ollie.OllieBackend(options)
+        compiled = compile_with(backend, fn)
+    a, b = args()
+    with torch.no_grad():
+        assert torch.allclose(compiled(a, b), calls_a_helper(a, b))
+    (note,) = [n for n in backend.notes if "runs eagerly from now on" in n]
+    assert ("ollie.optimize calls it directly" in note) == through_optimize, note
