@@ -1,7 +1,9 @@
 """Lowering ``ir`` scopes to runnable code: ``codegen.lower(scope) -> Kernel``.
 
 Each backend is a sibling module with a ``lower(scope) -> Kernel`` function, imported on
-first use: ``torch`` (vectorised torch calls, CPU or GPU) now; ``triton`` slots in beside it.
+first use: ``torch`` records an FX graph of vectorised torch calls (CPU or GPU), which
+``ollie.capture`` traces into ATen nodes of the graph it rewrites; ``triton`` generates
+kernels and their launcher, imported as a module.
 ``codegen`` imports only ``ir``, torch and triton -- never ``derivations`` or ``ollie``.
 """
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""A lowered program: generated Python source compiled once into a callable.
+"""A lowered program: a callable over the scope's input tensors, and the code it runs.
 
-Backends (``codegen.torch_backend``, later ``codegen.triton_backend``) produce the source
-text; this module compiles it with ``exec`` a single time and wraps the function. A call is
-then just the generated function: no tracing, no analysis, no shape checks per call.
+Backends (``codegen.torch_backend``, ``codegen.triton_backend``) build the callable once: the
+torch backend records an FX graph of torch calls, the Triton backend generates kernels and
+a launcher and imports them as a module. A call is then just that program: no tracing, no
+analysis, no shape checks per call.
 """
 from __future__ import annotations
 
-import itertools
-import linecache
-from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -16,45 +14,28 @@ import torch
 
 from ir.nodes import Scope
 
-_counter = itertools.count()
-
-
-class IndexTable(dict):
-    """Index tensors of a kernel (gather positions, masks), keyed by device.
-
-    They depend only on shapes, so the backend computes them once with numpy; the first
-    call on a device turns them into tensors there: ``table[device].name``.
-    """
-
-    def __init__(self, arrays: dict[str, np.ndarray]):
-        super().__init__()
-        self.arrays = arrays
-
-    def __missing__(self, device) -> SimpleNamespace:
-        tensors = SimpleNamespace(**{name: torch.as_tensor(a, device=device)
-                                     for name, a in self.arrays.items()})
-        self[device] = tensors
-        return tensors
-
 
 class Kernel:
     """A compiled scope. ``kernel(*tensors)`` takes inputs in ``input_names`` order (the
     input tensors' names, sorted); ``kernel(**{name: tensor})`` takes them by name. Returns a
     ``torch.Tensor`` of the root scope's shape, in the inputs' dtype and on their device.
+
+    ``source`` is the code it runs, for reading; ``graph`` its FX graph (torch backend);
+    ``forms`` how each sub-scope was lowered, dependencies first; ``index_arrays`` the index
+    tables it gathers with (they hold positions computed for the scope's sizes).
     """
 
-    def __init__(self, scope: Scope, backend: str, input_names: tuple[str, ...], source: str,
-                 function_name: str, forms: tuple[str, ...] = (),
-                 index_arrays: dict[str, np.ndarray] | None = None,
-                 namespace: dict | None = None):
+    def __init__(self, scope: Scope, backend: str, input_names: tuple[str, ...],
+                 program: Callable[..., torch.Tensor], source: str, forms: tuple[str, ...] = (),
+                 index_arrays: dict[str, np.ndarray] | None = None, graph=None):
         self.scope = scope
         self.backend = backend
         self.input_names = input_names
         self.source = source
-        self.forms = forms  # how each sub-scope was lowered, dependencies first
-        self.index_table = IndexTable(index_arrays or {})
-        self._fn: Callable[..., torch.Tensor] = compile_function(
-            source, function_name, {"_INDEX": self.index_table, **(namespace or {})})
+        self.forms = forms
+        self.index_arrays = index_arrays or {}
+        self.graph = graph
+        self._fn = program
 
     def __call__(self, *tensors: torch.Tensor, **named: torch.Tensor) -> torch.Tensor:
         if named:
@@ -79,13 +60,7 @@ class Kernel:
         return f"<Kernel {self.backend} ({', '.join(self.input_names)}) forms={list(self.forms)}>"
 
 
-def compile_function(source: str, name: str, namespace: dict) -> Callable:
-    """``exec`` ``source`` once and return its function ``name``.
-
-    The source is registered with ``linecache`` so tracebacks show the generated lines.
-    """
-    filename = f"<ollie-codegen-{next(_counter)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    scope = dict(namespace)
-    exec(compile(source, filename, "exec"), scope)
-    return scope[name]
+def intermediate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a chain's intermediates: float32 for float16 / bfloat16 inputs (a
+    reassociated chain stays in range where eager's order did), else the inputs' dtype."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype

@@ -1,8 +1,8 @@
-"""The torch backend: a scope becomes one Python function of vectorised torch calls.
+"""The torch backend: a scope becomes one FX graph of vectorised torch calls.
 
-One statement block per sub-scope (dependencies first), each under a comment with the IR
-statement it computes; nested scopes live in local variables, computed once. A block is
-one of these forms (``Kernel.forms`` lists them):
+The nodes of each sub-scope are recorded in order (dependencies first), each scope computed
+once; ``Kernel.source`` lists the IR statements, then the graph's code. A scope takes one of
+these forms (``Kernel.forms`` lists them):
 
 - a library operator the ``ir.patterns`` matchers recognise (``codegen.instantiate``):
   ``conv1d`` / ``conv2d``, ``g2bmm`` / ``gbmm`` (banded, never dense), ``softmax`` /
@@ -17,8 +17,8 @@ one of these forms (``Kernel.forms`` lists them):
 - ``map``: an elementwise body without summation;
 - ``empty``: a scope with an empty range (zeros).
 
-A reduction whose body would materialise more than ``CHUNK_LIMIT`` elements runs in a loop
-over chunks of its largest summation iterator, accumulating (never one element at a time).
+A reduction whose body would materialise more than ``CHUNK_LIMIT`` elements is computed in
+chunks of its largest summation iterator, accumulated (never one element at a time).
 """
 from __future__ import annotations
 
@@ -27,14 +27,14 @@ import keyword
 import math
 
 import numpy as np
+import torch
+from torch import fx
 
 from codegen.instantiate import instantiate, softmax_call, softmax_chains
-from codegen.kernel import Kernel
+from codegen.kernel import Kernel, intermediate_dtype
 from codegen.names import fresh_identifier
 from codegen.products import einsum_spec, plan_matmul
-from codegen.torch_expr import (
-    EXTREMUM, PRODUCT, BodyEmitter, Value, aligned, int_list, number, permuted, shape_literal,
-)
+from codegen.torch_expr import EXTREMUM, BodyEmitter, Value, aligned, number, permuted
 from ir.nodes import (
     Access, Binary, BinOp, Const, Expr, Reduce, Scope, Tensor, Unary, free_iterators,
 )
@@ -42,17 +42,37 @@ from ir.nodes import inputs as input_tensors, product_factors, sub_scopes, walk
 from ir.printer import statement_text
 
 CHUNK_LIMIT = 1 << 26  # elements of the largest temporary a reduction may materialise
-REDUCE = {Reduce.SUM: "sum", Reduce.MAX: "amax", Reduce.MIN: "amin"}
-RESERVED = {"torch", "F", "banded", "ix", "kernel", "_INDEX"} | set(keyword.kwlist) | \
-    set(dir(builtins))
+REDUCE = {Reduce.SUM: torch.sum, Reduce.MAX: torch.amax, Reduce.MIN: torch.amin}
+INTEGERS = ("bool", "uint8", "int8", "int16", "int32", "int64")
+RESERVED = {"torch", "self"} | set(keyword.kwlist) | set(dir(builtins))
 
 
 def lower(scope: Scope, fused: bool = False) -> Kernel:
-    """Generate, compile and wrap the torch code computing ``scope`` (a valid scope:
-    ``codegen.lower`` checks it first); ``fused``: see ``codegen.lower``."""
+    """Record the torch calls computing ``scope`` (a valid scope: ``codegen.lower`` checks it
+    first) as an FX graph and wrap it; ``fused``: see ``codegen.lower``."""
     writer = KernelWriter(scope, fused)
-    return Kernel(scope, "torch", writer.input_names, writer.source, "kernel", writer.forms,
-                  writer.index_arrays)
+    module = fx.GraphModule(writer.constants, writer.graph, class_name="kernel")
+    return Kernel(scope, "torch", writer.input_names, OnDevice(module),
+                  f"{writer.header}\n\n{module.code.strip()}\n", writer.forms, writer.index_arrays,
+                  module.graph)
+
+
+class OnDevice:
+    """Calls a kernel's graph module with its constants (index tensors) on the inputs'
+    device, copying the module there on the first call from that device."""
+
+    def __init__(self, module: fx.GraphModule):
+        self.modules = {torch.device("cpu"): module}
+        self.constant = next(iter(module.buffers()), None) is not None
+
+    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
+        if not (self.constant and tensors) or tensors[0].device.type == "cpu":
+            return self.modules[torch.device("cpu")].forward(*tensors)
+        device = tensors[0].device
+        if device not in self.modules:
+            import copy
+            self.modules[device] = copy.deepcopy(self.modules[torch.device("cpu")]).to(device)
+        return self.modules[device].forward(*tensors)
 
 
 def plan_chunk(s: Scope, limit: int | None = None) -> tuple[str, int] | None:
@@ -91,175 +111,167 @@ def _product_nodes(e: Expr) -> set[int]:
 
 
 class KernelWriter:
-    """Writes the source of one kernel: parameters, one block per scope, the return."""
+    """Records one kernel's FX graph: placeholders, the nodes of each scope, the output."""
 
     def __init__(self, root: Scope, fused: bool = False):
         self.fused = fused
-        self.taken: set[str] = set(RESERVED)
+        self.graph = fx.Graph()
+        self.tracer = fx.proxy.GraphAppendingTracer(self.graph)
+        self.constants = torch.nn.Module()  # index tensors, read by get_attr nodes
         self.index_arrays: dict[str, np.ndarray] = {}
+        self.taken: set[str] = set(RESERVED)
         self.forms: list[str] = []
-        self.imports: set[str] = set()  # extra imports of the generated module
+        self.views: dict[tuple, object] = {}  # views of whole sources, shared by chunks
         tensors = input_tensors(root)
         self.input_names = tuple(sorted(tensors))
-        self.params = {n: self.fresh(n) for n in self.input_names}
-        self.ref = self.params[self.input_names[0]] if self.input_names else None
+        self.params = {n: fx.Proxy(self.graph.placeholder(self.fresh(n)), self.tracer)
+                       for n in self.input_names}
         self.dtype = root.dtype
-        self.scope_vars: dict[int, str] = {}
-        self.bool_vars: set[str] = set()  # scopes computed as torch.bool tensors (comparisons)
-        self.number_input = next((self.params[n] for n in self.input_names
-                                  if tensors[n].dtype not in ("bool", "uint8", "int8", "int16",
-                                                              "int32", "int64")), self.ref)
-        self.scope_names: dict[Scope, str] = {}  # structurally equal scopes are computed once
-        # var -> what makes it safe to return: "" (owns its memory), ".clone()" (a view of an
-        # input or scope), ".contiguous()" (expanded: several positions share an element)
-        self.on_return: dict[str, str] = {}
-        body: list[str] = []
+        floats = [n for n in self.input_names if tensors[n].dtype not in INTEGERS]
         scopes = sub_scopes(root)
-        self.softmax, fused = softmax_chains(scopes)
-        for s in scopes:
-            if s in fused:
-                continue  # computed inside its softmax chain's library call
-            if s in self.scope_names:
-                self.scope_vars[id(s)] = self.scope_names[s]
-                continue
-            var = self.fresh(s.name or "t")
-            try:
-                body += self.block(s, var)
-            except Exception as e:
-                e.add_note(f"while lowering {self.statement(s, var)}")
-                raise
-            self.scope_vars[id(s)] = self.scope_names[s] = var
-        result = self.scope_vars[id(root)]
-        boolean = result in self.bool_vars
-        result += self.on_return[result]
-        head = [f"def kernel({', '.join(self.params.values())}):",
-                f'    """{_summary(root, self.input_names)}"""']
-        floats = [self.params[n] for n in self.input_names
-                  if tensors[n].dtype not in ("bool", "uint8", "int8", "int16", "int32", "int64")]
+        restore = None
         if chained(scopes) and floats:
             # a chain of contractions (a reassociated product, say) in float16 / bfloat16 keeps
             # its intermediates in float32, where eager's order would have stayed in range
-            dtype = self.fresh("dtype")
-            head += [f"    {dtype} = {floats[0]}.dtype",
-                     f"    if {dtype} in (torch.float16, torch.bfloat16):  # intermediates in "
-                     f"float32",
-                     f"        {', '.join(floats)} = "
-                     f"{', '.join(f'{p}.float()' for p in floats)}"]
-            if not boolean:
-                result = f"{result}.to({dtype})"
-        if self.index_arrays:
-            device = f"{self.ref}.device" if self.ref else "'cpu'"
-            head.append(f"    ix = _INDEX[{device}]  # index tensors, built once per device")
-        imports = ["import torch", "import torch.nn.functional as F"] + sorted(self.imports)
-        self.source = "\n".join(imports + ["", ""] + head + body + [f"    return {result}", ""])
+            restore = self.params[floats[0]].dtype
+            wide = self.call(intermediate_dtype, restore)
+            for n in floats:
+                self.params[n] = self.params[n].to(wide)
+        self.ref = self.params[self.input_names[0]] if self.input_names else None
+        self.number_input = self.params[floats[0]] if floats else self.ref
+        self._number_dtype = None
+        self.scope_names: dict[Scope, str] = {}  # structurally equal scopes are computed once
+        self.scope_values: dict[Scope, fx.Proxy] = {}
+        self.bool_scopes: set[Scope] = set()  # computed as torch.bool tensors (comparisons)
+        # what makes a scope's tensor safe to return: "" (owns its memory), "clone" (a view of
+        # an input or scope), "contiguous" (expanded: several positions share an element)
+        self.on_return: dict[Scope, str] = {}
+        statements = []
+        self.softmax, fused_inner = softmax_chains(scopes)
+        for s in scopes:
+            if s in fused_inner or s in self.scope_names:
+                continue  # computed inside its softmax chain's library call, or already
+            var = self.fresh(s.name or "t")
+            try:
+                self.scope_values[s] = self.block(s)
+            except Exception as e:
+                e.add_note(f"while lowering {self.statement(s, var)}")
+                raise
+            self.scope_names[s] = var
+            statements.append((s, var, self.forms[-1]))
+        result = self.scope_values[root]
+        copy = self.on_return[root]
+        if copy:
+            result = getattr(result, copy)()
+        if restore is not None and root not in self.bool_scopes:
+            result = result.to(restore)
+        self.graph.output(result.node)
         self.forms = tuple(self.forms)
+        self.header = "\n".join([f"# {_summary(root, self.input_names)}"] + [
+            f"# {self.scope_values[s].node.name}: {self.statement(s, var)}  -- shape {s.shape}, "
+            f"{form}" for s, var, form in statements])
 
-    # -- services for BodyEmitter --------------------------------------------------------------
+    # -- services for BodyEmitter and instantiate ---------------------------------------------
     def fresh(self, hint: str) -> str:
         """A new identifier like ``hint``."""
         return fresh_identifier(hint, self.taken)
 
-    def source_var(self, source: Tensor | Scope) -> str:
+    def call(self, function, *args, **kwargs) -> fx.Proxy:
+        """A node calling ``function`` (for calls whose arguments hold no proxy to record them)."""
+        return self.tracer.create_proxy("call_function", function, args, kwargs)
+
+    def source_node(self, source: Tensor | Scope) -> fx.Proxy:
         if isinstance(source, Tensor):
             return self.params[source.name]
-        return self.scope_vars[id(source)]
+        return self.scope_values[source]
 
     def holds_bool(self, source: Tensor | Scope) -> bool:
         """Is ``source`` a torch.bool tensor here (a bool input, a comparison's result)?"""
         if isinstance(source, Tensor):
             return source.dtype == "bool"
-        return self.scope_vars.get(id(source)) in self.bool_vars
+        return source in self.bool_scopes
 
-    def number_ref(self) -> str:
+    def number_ref(self) -> fx.Proxy:
         """An input whose dtype numbers are computed in (a bool turns into it)."""
-        return self.number_input or f"torch.empty((), dtype=torch.{self.dtype})"
+        return self.number_input if self.number_input is not None else \
+            self.call(torch.empty, (), dtype=getattr(torch, self.dtype))
 
-    def number_dtype(self) -> str:
-        return f"{self.number_input}.dtype" if self.number_input else f"torch.{self.dtype}"
+    def number_dtype(self):
+        if self.number_input is None:
+            return getattr(torch, self.dtype)
+        if self._number_dtype is None:
+            self._number_dtype = self.number_input.dtype
+        return self._number_dtype
 
-    def index_array(self, hint: str, array: np.ndarray) -> str:
+    def index_tensor(self, hint: str, array: np.ndarray) -> fx.Proxy:
+        """An index tensor, a constant of the graph (its values depend only on shapes)."""
         name = self.fresh(hint)
-        self.index_arrays[name] = np.ascontiguousarray(array)
-        return name
+        self.index_arrays[name] = array = np.ascontiguousarray(array)
+        self.constants.register_buffer(name, torch.as_tensor(array))
+        return fx.Proxy(self.graph.get_attr(name), self.tracer)
 
-    def new(self, shape: tuple[int, ...], fill: float | None = None) -> str:
-        """Code for a new tensor of ``shape`` in the inputs' dtype and device (without
-        inputs: the root scope's dtype, on the CPU)."""
-        shape_code = shape_literal(shape)
-        if self.ref:
-            return f"{self.ref}.new_zeros({shape_code})" if fill is None else \
-                f"{self.ref}.new_full({shape_code}, {number(fill).code})"
-        dtype = f"dtype=torch.{self.dtype}"
-        return f"torch.zeros({shape_code}, {dtype})" if fill is None else \
-            f"torch.full({shape_code}, {number(fill).code}, {dtype})"
+    def view(self, key: tuple, make):
+        """A view of a whole source recorded once per kernel (``make()`` the first time)."""
+        if key not in self.views:
+            self.views[key] = make()
+        return self.views[key]
+
+    def new(self, shape: tuple[int, ...], fill: float | None = None) -> fx.Proxy:
+        """A new tensor of ``shape`` in the inputs' dtype and device (without inputs: the
+        root scope's dtype, on the CPU)."""
+        if self.ref is not None:
+            return self.ref.new_zeros(shape) if fill is None else self.ref.new_full(shape, fill)
+        dtype = getattr(torch, self.dtype)
+        return self.call(torch.zeros, shape, dtype=dtype) if fill is None else \
+            self.call(torch.full, shape, fill, dtype=dtype)
 
     # -- one scope --------------------------------------------------------------------------
     def statement(self, s: Scope, var: str) -> str:
         """The IR statement of ``s`` (``ir.printer`` syntax), sources named by their variables."""
         return statement_text(s, self.scope_names, var)
 
-    def block(self, s: Scope, var: str) -> list[str]:
-        lines = [f"# {self.statement(s, var)}  -- shape {s.shape}"]
-        self.on_return[var] = ""
+    def block(self, s: Scope) -> fx.Proxy:
+        self.on_return[s] = ""
         if any(it.extent == 0 for it in s.traversal + s.summation):
             self.forms.append("empty")
-            return _indent(lines + [f"{var} = {self.new(s.shape)}"])
+            return self.new(s.shape)
         if s in self.softmax:
             m = self.softmax[s]
-            lines[0] = f"# {var} = {m.kind} along dim {m.dim}: the max, exp, sum chain fused  " \
-                       f"-- shape {s.shape}"
             self.forms.append(m.kind)
-            return _indent(lines + [f"{var} = {softmax_call(self, m)}"])
-        library = None if self.fused and streaming(s) else instantiate(self, s, var)
+            return softmax_call(self, m)
+        library = None if self.fused and streaming(s) else instantiate(self, s)
         if library is not None:
-            code, form = library
+            x, form = library
             self.forms.append(form)
-            return _indent(lines + code)
-        chunk = plan_chunk(s)
-        if chunk is not None:
-            name, size = chunk
-            start = self.fresh(f"{name}0")
-            em = BodyEmitter(self, s, (name, start, size))
-        else:
-            em = BodyEmitter(self, s)
-        value, form = self.reduction(em, s)
-        if value.boolean:
-            self.bool_vars.add(var)
-        self.forms.append(form)
+            return x
         traversal = tuple(it.name for it in s.traversal)
-        self.on_return[var] = self.return_copy(value, s)
+        chunk = plan_chunk(s)
         if chunk is None:
-            body = em.setup + em.lines
-            code = self.output(value, traversal, s.shape)
-            if body and body[-1].startswith(f"{code} = "):  # the last temporary is the result
-                return _indent(lines + body[:-1] + [var + body[-1][len(code):]])
-            return _indent(lines + body + [f"{var} = {code}"])
-        # chunked: accumulate the reduction of each chunk into ``var``
-        sizes = tuple(em.extent(n) for n in value.labels)
-        init = self.new(sizes, None if s.reduce is Reduce.SUM else
-                        (-math.inf if s.reduce is Reduce.MAX else math.inf))
-        extent = em.extent(name)
-        lines[0] += f", in chunks of {size} along {name}"
-        if s.reduce is Reduce.SUM:
-            update = f"{var} += {value.code}"
-        else:
-            update = f"{var} = {EXTREMUM[BinOp[s.reduce.name]][0]}({var}, {value.code})"
-        lines += em.setup + [f"{var} = {init}", f"for {start} in range(0, {extent}, {size}):"]
-        lines += ["    " + ln for ln in em.lines + [update]]
-        done = self.output(Value(var, value.labels), traversal, s.shape)
-        if done != var:
-            lines.append(f"{var} = {done}")
-        return _indent(lines)
+            value, form = self.reduction(BodyEmitter(self, s), s)
+        else:  # accumulate the reduction of each chunk
+            name, size = chunk
+            extent = next(it.extent for it in s.summation if it.name == name)
+            value = None
+            for start in range(0, extent, size):
+                part, form = self.reduction(BodyEmitter(self, s, (name, start, size)), s)
+                value = part if value is None else Value(
+                    value.x + part.x if s.reduce is Reduce.SUM else
+                    EXTREMUM[BinOp[s.reduce.name]][0](value.x, part.x), part.labels)
+        if value.boolean:
+            self.bool_scopes.add(s)
+        self.forms.append(form)
+        self.on_return[s] = self.return_copy(value, s)
+        return self.output(value, traversal, s.shape)
 
     def return_copy(self, value: Value, s: Scope) -> str:
         """What makes the scope's tensor safe to hand out (see ``on_return``)."""
         if value.const is not None:
             return ""
         if any(it.extent > 1 and it.name not in value.labels for it in s.traversal):
-            return ".contiguous()"
+            return "contiguous"
         if value.fresh or self.on_return.get(value.view_of) == "":
             return ""  # new memory, or a plain view of a scope's own memory
-        return ".clone()"
+        return "clone"
 
     def reduction(self, em: BodyEmitter, s: Scope) -> tuple[Value, str]:
         """The scope's value (axes: some of the traversal iterators) and its form."""
@@ -270,7 +282,7 @@ class KernelWriter:
         v = em.value(s.body)
         if not summed:
             return v, "map"
-        return _reduced(em.numeric(v), s.reduce, summed), REDUCE[s.reduce]
+        return _reduced(em.numeric(v), s.reduce, summed), REDUCE[s.reduce].__name__
 
     def contraction(self, em: BodyEmitter, s: Scope, traversal, summed) -> tuple[Value, str]:
         values = [em.numeric(em.value(f)) for f in product_factors(s.body)]
@@ -286,27 +298,26 @@ class KernelWriter:
         else:
             v, form = self.product(tensors, out)
         if scale != 1:
-            v = Value(f"{v.atom} * {number(scale).code}", v.labels, PRODUCT)
+            v = Value(v.x * scale, v.labels)
         return v, form
 
     def product(self, tensors: list[Value], out: tuple[str, ...]) -> tuple[Value, str]:
         plan = plan_matmul([v.labels for v in tensors], out)
         if plan is None:
             spec = einsum_spec([v.labels for v in tensors], out)
-            args = ", ".join(v.code for v in tensors)
-            return Value(f'torch.einsum("{spec}", {args})', out), "einsum"
-        operands = [tensors[i].code if perm is None else permuted(tensors[i], perm)
+            return Value(torch.einsum(spec, *(v.x for v in tensors)), out), "einsum"
+        operands = [tensors[i].x if perm is None else permuted(tensors[i].x, perm)
                     for i, perm in zip(plan.order, plan.perms)]
-        return Value(f"torch.{plan.op}({', '.join(operands)})", out), plan.op
+        return Value(getattr(torch, plan.op)(*operands), out), plan.op
 
-    def output(self, v: Value, traversal: tuple[str, ...], shape: tuple[int, ...]) -> str:
-        """Code for ``v`` laid out as the scope's tensor: axes in traversal order, all present."""
+    def output(self, v: Value, traversal: tuple[str, ...], shape: tuple[int, ...]) -> fx.Proxy:
+        """``v`` laid out as the scope's tensor: axes in traversal order, all present."""
         if v.const is not None:
             return self.new(shape, v.const)
-        code = aligned(v, traversal, full_rank=True)
+        x = aligned(v, traversal, full_rank=True)
         if any(n not in v.labels and size > 1 for n, size in zip(traversal, shape)):
-            code = f"{code if code != v.code else v.atom}.expand({shape_literal(shape)})"
-        return code
+            x = x.expand(shape)
+        return x
 
 
 def streaming(s: Scope) -> bool:
@@ -333,16 +344,11 @@ def _reduced(v: Value, reduce: Reduce, summed: tuple[str, ...]) -> Value:
     axes = [v.labels.index(n) for n in summed if n in v.labels]
     if not axes:
         return v  # the body does not vary along them (SUM scales by their extents elsewhere)
-    dim = str(axes[0]) if len(axes) == 1 else f"({int_list(axes)})"
     kept = tuple(n for n in v.labels if n not in summed)
-    return Value(f"torch.{REDUCE[reduce]}({v.code}, dim={dim})", kept)
+    return Value(REDUCE[reduce](v.x, dim=axes[0] if len(axes) == 1 else tuple(axes)), kept)
 
 
 def _summary(root: Scope, names: tuple[str, ...]) -> str:
     shape = "x".join(map(str, root.shape)) or "scalar"
     return (f"{root.name or 'scope'} ({shape}) from {', '.join(names) or 'no inputs'}; "
-            f"generated by ollie codegen (torch).")
-
-
-def _indent(lines: list[str]) -> list[str]:
-    return ["    " + ln for ln in lines]
+            f"generated by ollie codegen (torch), one line per scope, then its FX graph:")

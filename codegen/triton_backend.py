@@ -52,8 +52,8 @@ def lower(scope: Scope) -> Kernel:
     ``codegen.lower`` checks it first)."""
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     plan = Planner(scope)
-    return Kernel(scope, "triton", plan.input_names, plan.source, "kernel", plan.forms,
-                  namespace=runtime.namespace(interpreted))
+    return Kernel(scope, "triton", plan.input_names,
+                  runtime.load(plan.source, "kernel", interpreted), plan.source, plan.forms)
 
 
 def _empty(s: Scope) -> bool:

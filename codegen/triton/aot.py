@@ -12,8 +12,7 @@ import os
 import triton
 import triton.language as tl
 
-from codegen.kernel import compile_function
-from codegen.triton.runtime import MODULE
+from codegen.triton.runtime import load
 from codegen.triton.tuning import candidates
 from ir.check import check
 from ir.nodes import Scope
@@ -37,7 +36,7 @@ def compile_kernels(scope: Scope, arch: int = 90, dtype: str = "fp32") -> dict:
         for plan in planner.plans.values():
             if plan is None:
                 continue
-            fn = compile_function(planner.source, plan.text.name, {"__name__": MODULE})
+            fn = load(planner.source, plan.text.name, interpreted=False)
             cfg = candidates(plan.kind, plan.problem)[0]
             consts = {"ACC": tl.float64 if dtype == "fp64" else tl.float32}
             if plan.dot:

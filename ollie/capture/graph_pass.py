@@ -373,7 +373,7 @@ def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool):
     like = region.root.meta["val"]
     if not dynamic:
         return rewrite.trace_kernel(kernel, operands, like, decompositions)
-    if getattr(getattr(kernel, "index_table", None), "arrays", None):
+    if kernel.index_arrays:
         raise symbolic.SizeSpecific("the derived program gathers by index tables built for "
                                     "these sizes")
     like = torch.empty_strided([concrete(d) for d in like.shape],

@@ -1,6 +1,8 @@
 """Small helpers of the codegen tests: random inputs, and a kernel checked against ir.evaluate."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
@@ -31,22 +33,30 @@ def check_lowering(scope: Scope, seed: int = 0, rtol: float = 1e-9, atol: float 
     return kernel
 
 
+def calls(kernel) -> Counter:
+    """How many times the torch kernel's graph calls each function or method, by name
+    (``conv2d``, ``getitem``, ``reshape``, ``g2bmm.default``)."""
+    return Counter(getattr(n.target, "__name__", n.target) for n in kernel.graph.nodes
+                   if n.op in ("call_function", "call_method"))
+
+
+def constant_args(kernel) -> list:
+    """The Python numbers the torch kernel's graph passes to its calls."""
+    return [a for n in kernel.graph.nodes for a in n.args if isinstance(a, float)]
+
+
 SNAPSHOTS = __import__("pathlib").Path(__file__).parent / "snapshots"
 
 
 def check_snapshot(name: str, source: str) -> None:
-    """Generated ``source`` equals the stored snapshot ``name`` (OLLIE_UPDATE_SNAPSHOTS=1
-    rewrites it; a missing snapshot is written and the test skipped for review)."""
+    """Generated ``source`` equals the stored snapshot ``name``; OLLIE_UPDATE_SNAPSHOTS=1
+    writes it (a missing snapshot fails: it is written only on request, then reviewed)."""
     import os
 
-    import pytest
-
     path = SNAPSHOTS / f"{name}.py.txt"
-    update = os.environ.get("OLLIE_UPDATE_SNAPSHOTS") == "1"
-    if update or not path.exists():
+    if os.environ.get("OLLIE_UPDATE_SNAPSHOTS") == "1":
         path.write_text(source)
-        if not update:
-            pytest.skip(f"wrote a new snapshot {path.name}; review it and commit")
+    assert path.exists(), f"no snapshot {path.name}; write it with OLLIE_UPDATE_SNAPSHOTS=1"
     assert source == path.read_text(), (
         f"generated source of {name!r} changed; if intended, regenerate with "
         f"OLLIE_UPDATE_SNAPSHOTS=1 and review the diff\n{source}")

@@ -92,7 +92,7 @@ def test_a_program_gathering_by_index_tables_is_specific_to_its_sizes():
 
     from ollie.capture import graph_pass, symbolic
 
-    kernel = SimpleNamespace(index_table=SimpleNamespace(arrays={"pos": [0, 2, 1]}))
+    kernel = SimpleNamespace(index_arrays={"pos": [0, 2, 1]})
     region = SimpleNamespace(root=SimpleNamespace(meta={"val": torch.empty(3)}))
     with pytest.raises(symbolic.SizeSpecific, match="index tables"):
         graph_pass._trace(region, kernel, [], {}, dynamic=True)
