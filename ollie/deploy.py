@@ -30,7 +30,7 @@ from torch.export.graph_signature import (
 )
 
 from ollie import log, progress
-from ollie.capture import backend, folding, graph_pass, size_branches
+from ollie.capture import backend, compilers, folding, graph_pass, size_branches
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
@@ -69,7 +69,7 @@ def _rewritten(ep, options: Options, report: list | None) -> fx.GraphModule:
     with torch.no_grad(), size_branches.real_computation(), \
             progress.progress(options.progress) as show:
         new, graph_report = graph_pass.rewrite_graph(
-            gm, fakes, options, "exported graph", backend._decompositions(), show)
+            gm, fakes, options, "exported graph", compilers.decompositions(), show)
         if new is not None:
             graph_report.adopted = _faster_when_compiled(gm, new, fakes, graph_report, options)
     line = f"ollie: {graph_line(graph_report)}"

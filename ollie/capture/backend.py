@@ -30,17 +30,13 @@ from typing import Callable
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import eager_or_compiled, folding, frozen, graph_pass, rewrite, \
-    second_compile, size_branches, size_range
-from ollie.capture.cache_identity import CacheIdentity
+from ollie.capture import compilers, eager_or_compiled, folding, frozen, graph_pass, \
+    rewrite, second_compile, size_branches, size_range
 from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, \
     real_computation, take_output_strides
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
-
-# Random ops draw exactly as in eager mode (dropout under a fixed seed gives eager's mask).
-INDUCTOR_CONFIG = {"fallback_random": True}
 
 # The cache key suffix of the regions' rewrite against the graph substitutions alone
 ALTERNATIVE = "-substitutions-alone"
@@ -92,10 +88,10 @@ class OllieBackend:
                 return self._run_eagerly(gm, stored, number, example_inputs)  # won before
         try:
             if not self.options.inductor:
-                return _compile_without_inductor(gm, example_inputs,
+                return compilers.without_inductor(gm, example_inputs,
                                                  functools.partial(self._plain, number))
             inner_calls, traced = self.inner_calls, frozen.traced_metadata()
-            compiled = _compile_with_inductor(gm, example_inputs,
+            compiled = compilers.with_inductor(gm, example_inputs,
                                               functools.partial(self._inner, number),
                                               self.options)
             if self.inner_calls == inner_calls:  # AOTAutograd's cache held Ollie's choice
@@ -122,7 +118,7 @@ class OllieBackend:
             with real_computation():
                 artifact, note = frozen.frozen_or(gm, compiled, example_inputs, mutates, store,
                                                   key, self.options.measure_cap_s,
-                                                  INDUCTOR_CONFIG)
+                                                  compilers.INDUCTOR_CONFIG)
         except DYNAMO_CONTROL:
             raise
         except Exception as e:  # freezing failed on this graph: the compile as it is
@@ -136,7 +132,7 @@ class OllieBackend:
 
     def _inductor_alone(self, gm, example_inputs, number: int, error: Exception):
         try:
-            compiled = _compile_with_inductor(gm, example_inputs, None)
+            compiled = compilers.with_inductor(gm, example_inputs, None)
         except DYNAMO_CONTROL:
             raise
         except Exception as e:  # a compiler failure must not break the user's program
@@ -253,7 +249,7 @@ class OllieBackend:
 
         self.inner_calls += 1
         title = f"{_kind(kwargs)} graph {number}"
-        decompositions = kwargs.get("get_decomp_fn", _decompositions)()
+        decompositions = kwargs.get("get_decomp_fn", compilers.decompositions)()
         new, report = self._rewrite(gm, example_inputs, title, decompositions,
                                     guard_sizes=_kind(kwargs) == "inference")
         weights = list(kwargs.get("static_input_idxs") or [])
@@ -340,7 +336,7 @@ class OllieBackend:
         from torch._functorch.aot_autograd import make_boxed_func
 
         new, report = self._rewrite(gm, example_inputs, f"{kind} graph {number}",
-                                    _decompositions())
+                                    compilers.decompositions())
         report.adopted = new is not None
         self._announce(report)
         return make_boxed_func((new if new is not None else gm).forward)
@@ -382,42 +378,6 @@ class OllieBackend:
             print(f"ollie: {note}")
         if warn:
             warnings.warn(f"ollie: {note}", OllieWarning, stacklevel=4)
-
-
-def _compile_with_inductor(gm, example_inputs, inner, options=None):
-    """Inductor's compile of ``gm``; through ``inner`` (Ollie's) when given, under Ollie's
-    cache identity, so that AOTAutograd's cache keeps Ollie's artifacts apart from
-    torch.compile's and a warm start loads the one Ollie chose."""
-    from torch._inductor.compile_fx import compile_fx
-
-    if inner is None:  # Inductor alone: its caches work as for torch.compile
-        return compile_fx(gm, example_inputs, config_patches=INDUCTOR_CONFIG)
-    import torch._functorch.config as functorch_config
-
-    patches = dict(INDUCTOR_CONFIG, post_grad_custom_post_pass=CacheIdentity(options))
-    with functorch_config.patch(enable_autograd_cache=options.cache and
-                                functorch_config.enable_autograd_cache):
-        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
-
-
-def _compile_without_inductor(gm, example_inputs, compiler):
-    from torch._dynamo.backends.common import aot_autograd
-
-    return aot_autograd(
-        fw_compiler=functools.partial(compiler, "forward"),
-        bw_compiler=functools.partial(compiler, "backward"),
-        inference_compiler=functools.partial(compiler, "inference"),
-        decompositions=_decompositions(), keep_inference_input_mutations=True,
-    )(gm, example_inputs)
-
-
-def _decompositions() -> dict:
-    """The core ATen decompositions plus Inductor's own (what Inductor expects to compile)."""
-    from torch._inductor import config
-    from torch._inductor.decomposition import select_decomp_table
-
-    with config.patch(INDUCTOR_CONFIG):
-        return select_decomp_table()
 
 
 def _kind(kwargs) -> str:

@@ -28,7 +28,7 @@ def capture_expression(fn: Callable, shapes: Mapping[str, tuple[int, ...]],
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ollie.capture.backend import _decompositions
+    from ollie.capture.compilers import decompositions
 
     mode = FakeTensorMode()
     with mode:
@@ -37,7 +37,7 @@ def capture_expression(fn: Callable, shapes: Mapping[str, tuple[int, ...]],
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # a shape error is the user's, reported in one line
     try:
-        gm = make_fx(fn, decomposition_table=_decompositions(), tracing_mode="fake")(*inputs)
+        gm = make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake")(*inputs)
     finally:
         quiet.setLevel(level)
     for node, name in zip([n for n in gm.graph.nodes if n.op == "placeholder"], shapes):

@@ -7,7 +7,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import ir
 from ollie.capture import aten, regions
-from ollie.capture.backend import _decompositions
+from ollie.capture.compilers import decompositions
 from ollie.region import as_program
 
 # (name, torch function, input shapes): each is traced to core ATen the way the backend
@@ -46,7 +46,7 @@ CASES = [
 def traced(fn, shapes):
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(*s, generator=g) for s in shapes]
-    gm = make_fx(fn, decomposition_table=_decompositions())(*xs)
+    gm = make_fx(fn, decomposition_table=decompositions())(*xs)
     return gm, xs
 
 
