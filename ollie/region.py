@@ -264,18 +264,29 @@ def as_program(region, values: dict, convert=lambda value: value) -> Callable[[]
     """The region's ATen calls as one generated function (``fx.GraphModule``), called on
     ``values`` (``convert``ed) of what it reads: run as the graph's own code runs them,
     without an interpreter's cost per node (2-3 µs: a timing would count it, as much as a
-    squeeze-excite block's gain)."""
+    squeeze-excite block's gain). Where ``convert`` widens what it reads to float64, the
+    tensors the region makes in a lower float dtype (``full``, ``arange``: an RNN's zero
+    state) are made in float64 too: the same computation, in float64."""
     members, graph, env, reads = set(region.members), fx.Graph(), {}, []
+    wide = False
     for m in region.members:
         for a in m.all_input_nodes:  # the region's inputs and the sizes it reads
             if a not in members and a not in env:
                 env[a] = graph.placeholder(f"in{len(reads)}")
                 reads.append(convert(values[a]))
+                wide |= _widened(values[a], reads[-1])
     for m in region.members:
         env[m] = graph.node_copy(m, env.__getitem__)
+        if wide and m.kwargs.get("dtype") in LOW_PRECISION:
+            env[m].kwargs = {**m.kwargs, "dtype": torch.float64}
     graph.output(env[region.root])
     module = fx.GraphModule({}, graph)
     return lambda: module(*reads)
+
+
+def _widened(value, converted) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION and \
+        isinstance(converted, torch.Tensor) and converted.dtype == torch.float64
 
 
 def run_node(node, env: dict):

@@ -8,7 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import ir
 from ollie.capture import aten, regions
 from ollie.capture.compilers import decompositions
-from ollie.region import as_program
+from ollie.region import as_program, exact_value
 
 # (name, torch function, input shapes): each is traced to core ATen the way the backend
 # traces, translated, and every region's expression is evaluated by the reference
@@ -50,8 +50,8 @@ def traced(fn, shapes):
     return gm, xs
 
 
-@pytest.mark.parametrize("name,fn,shapes", CASES, ids=[c[0] for c in CASES])
-def test_every_region_means_what_the_aten_graph_computes(name, fn, shapes):
+def translated(fn, shapes):
+    """The regions of ``fn``'s ATen graph and every node's value on random inputs."""
     gm, xs = traced(fn, shapes)
     gm.graph.eliminate_dead_code()
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -66,6 +66,12 @@ def test_every_region_means_what_the_aten_graph_computes(name, fn, shapes):
             return values[n]
 
     Record(gm).run(*xs)
+    return translation, values
+
+
+@pytest.mark.parametrize("name,fn,shapes", CASES, ids=[c[0] for c in CASES])
+def test_every_region_means_what_the_aten_graph_computes(name, fn, shapes):
+    translation, values = translated(fn, shapes)
     for region in translation.regions:
         env = {name: values[node].double().numpy() for name, node in region.inputs.items()}
         got = ir.evaluate(region.expr, env)
@@ -75,6 +81,23 @@ def test_every_region_means_what_the_aten_graph_computes(name, fn, shapes):
         torch.testing.assert_close(as_program(region, values)(), values[region.root])
     untranslated = {aten_name for aten_name in map(regions.describe, translation.left)}
     assert not untranslated - {"aten._to_copy"}, translation.left
+
+
+def test_a_region_making_a_float32_tensor_has_a_float64_value_too():
+    """An RNN's zero state (``aten.full`` in float32) is made in float64 in the region's
+    float64 run, so a derived program is allowed the region's own rounding error, not the
+    bare tolerance (the float64 run failed on a float32 operand, and had no value)."""
+    def rnn(x, w, u):
+        h = torch.zeros(x.shape[0], u.shape[0])
+        for t in range(3):
+            h = torch.tanh(x[:, t] @ w + h @ u)
+        return h
+    translation, values = translated(rnn, [(4, 3, 8), (8, 8), (8, 8)])
+    [region] = translation.regions
+    assert any(m.target is torch.ops.aten.full.default for m in region.members)
+    exact = exact_value(region, values)
+    assert exact is not None and exact.dtype == torch.float64
+    torch.testing.assert_close(exact.float(), values[region.root], rtol=1e-4, atol=1e-5)
 
 
 def test_coverage_of_core_aten():
