@@ -41,8 +41,10 @@ class Rule:
 
 
 RULES = [
-    Rule("shared_lhs", "A@B1, A@B2 = split(A @ cat(B1, B2; 1); 1)", "merge"),
-    Rule("shared_rhs", "A1@B, A2@B = split(cat(A1, A2; 0) @ B; 0)", "merge"),
+    Rule("shared_lhs", "A@B1, A@B2 = split(A @ cat(B1, B2; -1); -1)  (mm, addmm, bmm)",
+         "merge"),
+    Rule("shared_rhs", "A1@B, A2@B = split(cat(A1, A2; -2) @ B; -2)  (mm, addmm, bmm)",
+         "merge"),
     Rule("shared_input_conv", "conv(x,W1), conv(x,W2) = split(conv(x, cat(W1,W2; 0)); 1)",
          "merge"),
     Rule("shared_weight_conv", "conv(x1,W), conv(x2,W) = split(conv(cat(x1,x2; 0), W); 0)",
@@ -146,6 +148,10 @@ def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
         a, b = n.args
         return [Merge("shared_lhs", (n.target, a), ((1, 1),), 1),
                 Merge("shared_rhs", (n.target, b), ((0, 0),), 0)]
+    if n.target == aten.bmm.default:  # (einsum and matmul of batches lower to it)
+        a, b = n.args
+        return [Merge("shared_lhs", (n.target, a), ((1, 2),), 2),
+                Merge("shared_rhs", (n.target, b), ((0, 1),), 1)]
     if n.target == aten.addmm.default and not n.kwargs and _rank(n.args[0]) == 1:
         c, a, b = n.args
         return [Merge("shared_lhs", (n.target, a), ((0, 0), (2, 1)), 1),
