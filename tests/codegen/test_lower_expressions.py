@@ -71,6 +71,16 @@ def test_mixed_sign_indices_gather():
     assert kernel.index_arrays and calls(kernel)["where"]
 
 
+def test_index_tables_go_to_the_inputs_device():
+    """A gather's index tensors are constants of the kernel's graph, built on the CPU; inputs
+    on another device (here ``meta``, as the candidate ranker calls kernels) read a copy of
+    them made there."""
+    kernel = codegen.lower(Scope((It("i", 0, 5), It("j", 0, 4)), (), A[i - j, 1]))
+    assert kernel.index_arrays
+    out = kernel(torch.empty(A.shape, dtype=torch.float64, device="meta"))
+    assert out.device.type == "meta" and tuple(out.shape) == (5, 4)
+
+
 def test_reads_entirely_out_of_bounds_are_zero():
     kernel = check_lowering(Scope((It("i", 0, 5),), (), A[i + 10, 1] + 1.0))
     assert calls(kernel) == {"new_full": 1}  # no read of A

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
-from ollie.capture import folding, graph_rules
+from ollie.capture import compilers, folding, graph_rules
 from ollie.cli.bench_models import SlicesOneWeight
 
 aten = torch.ops.aten
@@ -217,7 +217,7 @@ def test_an_inference_batch_norm_folds_into_the_convolution_before_it():
         return torch.relu(F.batch_norm(y, mean, var, gamma, beta, training=False, eps=1e-5))
     args = (torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4),
             torch.rand(4) + 0.5, torch.randn(4), torch.randn(4))
-    gm = make_fx(fn, tracing_mode="fake", decomposition_table=_decompositions())(*args)
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=compilers.decompositions())(*args)
     fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
     new, applied = graph_rules.substitute(gm, fakes)
     assert sum(a.startswith("affine_into_conv") for a in applied) >= 3, applied
@@ -235,11 +235,6 @@ def test_a_scale_and_shift_fold_into_a_matmul_but_a_scale_that_reads_its_result_
     new, applied = graph_rules.substitute(gm, fakes)
     assert [a.split(":")[0] for a in applied] == ["affine_into_matmul"] * 2, applied
     same_outputs(gm, new, args)
-
-
-def _decompositions():
-    from torch._inductor.decomposition import select_decomp_table
-    return select_decomp_table()
 
 
 def test_a_merge_that_would_move_a_random_op_is_refused():
@@ -352,7 +347,7 @@ def test_a_batch_norm_folds_into_a_convolution_of_images_of_any_size():
     def fn(x):  # batch, height and width are size symbols; the channels are fixed
         y = F.conv2d(x, w, padding=1)
         return torch.relu(F.batch_norm(y, mean, var, gamma, beta, training=False, eps=1e-5))
-    gm = make_fx(fn, tracing_mode="symbolic", decomposition_table=_decompositions(),
+    gm = make_fx(fn, tracing_mode="symbolic", decomposition_table=compilers.decompositions(),
                  _allow_non_fake_inputs=True)(torch.randn(2, 3, 6, 6))
     fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
     new, applied = graph_rules.substitute(gm, fakes)

@@ -229,7 +229,7 @@ def test_a_graph_stored_eager_at_both_sizes_runs_eagerly_without_compiling(monke
                                                                            tmp_path):
     """A warm start reads the choices a first process stored, at the hint and at the larger
     size: eager at both, so the symbolic graph runs eagerly without Inductor compiling it."""
-    from ollie.capture import backend as backend_module, eager_or_compiled as eoc
+    from ollie.capture import compilers, eager_or_compiled as eoc
     from ollie.capture.symbolic import has_symbolic_sizes
 
     def eager_when_symbolic(gm, compiled, example_inputs, budget_s, store, key, *a, **kw):
@@ -240,12 +240,12 @@ def test_a_graph_stored_eager_at_both_sizes_runs_eagerly_without_compiling(monke
         return choice
     monkeypatch.setattr(eoc, "choose", eager_when_symbolic)
     compiles = []
-    compile_with_inductor = backend_module._compile_with_inductor
+    compile_with_inductor = compilers.with_inductor
 
     def counted(gm, example_inputs, *args, **kwargs):
         compiles.append(has_symbolic_sizes(example_inputs))
         return compile_with_inductor(gm, example_inputs, *args, **kwargs)
-    monkeypatch.setattr(backend_module, "_compile_with_inductor", counted)
+    monkeypatch.setattr(compilers, "with_inductor", counted)
 
     def layer(x, w):
         return torch.tanh(x @ w)
