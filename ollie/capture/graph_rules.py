@@ -51,6 +51,8 @@ RULES = [
          "merge"),
     Rule("grouped_conv", "conv(x[g],W_g) for the channel groups g of x = split(conv(x, "
          "cat(W_g; 0), groups=G); 1)", "merge"),
+    Rule("grouped_mm", "x_g@W_g for the column groups g of x = bmm(x as (G, n, w), "
+         "stack(W_g))[g]", "merge"),
     Rule("affine_into_conv", "conv(x,W,b)·s + t = conv(x, W·s, b·s + t)  (s, t per output "
          "channel)", "fold"),
     Rule("affine_into_matmul", "(A@B)·s + t = addmm(t, A, B·s)  (s, t per column)", "fold"),
@@ -146,8 +148,9 @@ def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
         return []
     if n.target == aten.mm.default:
         a, b = n.args
-        return [Merge("shared_lhs", (n.target, a), ((1, 1),), 1),
-                Merge("shared_rhs", (n.target, b), ((0, 0),), 0)]
+        found = [Merge("shared_lhs", (n.target, a), ((1, 1),), 1),
+                 Merge("shared_rhs", (n.target, b), ((0, 0),), 0)]
+        return found + _grouped_mm_merge(n, symbolic)
     if n.target == aten.bmm.default:  # (einsum and matmul of batches lower to it)
         a, b = n.args
         return [Merge("shared_lhs", (n.target, a), ((1, 2),), 2),
@@ -155,7 +158,8 @@ def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
     if n.target == aten.addmm.default and not n.kwargs and _rank(n.args[0]) == 1:
         c, a, b = n.args
         return [Merge("shared_lhs", (n.target, a), ((0, 0), (2, 1)), 1),
-                Merge("shared_rhs", (n.target, c, b), ((1, 0),), 0)]
+                Merge("shared_rhs", (n.target, c, b), ((1, 0),), 0)] + \
+            _grouped_mm_merge(n, symbolic)
     if n.target == aten.convolution.default:
         x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args
         if transposed or groups != 1:
@@ -173,6 +177,22 @@ def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
                                                 *params), weights, 1))
         return found
     return []
+
+
+def _grouped_mm_merge(n: fx.Node, symbolic: bool) -> list[Merge]:
+    """The group of a product (``mm``, ``addmm``) of a column group of a matrix."""
+    piece = None if symbolic else tilings.piece(_lhs(n))
+    if not (piece and piece[1] == 1 and not piece[4] and piece[0].meta["val"].is_contiguous()):
+        return []
+    base, _, start, stop, _ = piece
+    return [Merge("grouped_mm", (n.target, base, stop - start, _key(shape_of(n.args[-1]))),
+                  (), 0)]
+
+
+def _lhs(n: fx.Node):
+    """The operand a contraction slides over: the input of a convolution, the left matrix of
+    a product (after ``addmm``'s bias)."""
+    return n.args[1] if n.target == aten.addmm.default else n.args[0]
 
 
 def _key(shape) -> tuple:
@@ -201,7 +221,7 @@ def _merge_round(graph: fx.Graph, symbolic: bool = False) -> list[str]:
         members = [m for m in members if m not in used]
         merge = found[gk]
         members = _independent(members)
-        if merge.rule == "grouped_conv":
+        if merge.rule in ("grouped_conv", "grouped_mm"):
             members = _tiling_groups(members)
         if len(members) < 2 or symbolic and not _fixed_sizes(members, merge):
             continue
@@ -234,16 +254,19 @@ def _depends_on(node: fx.Node, other: fx.Node) -> bool:
 
 
 def _tiling_groups(members: list[fx.Node]) -> list[fx.Node]:
-    """Convolutions on channel pieces of one input: all of them, in channel order, when the
-    pieces tile the input's channels (a grouped convolution), else none."""
-    by_start = sorted(members, key=lambda m: tilings.piece(m.args[0])[2])
-    size = shape_of(tilings.piece(members[0].args[0])[0])[1]
-    starts = [tilings.piece(m.args[0])[2] for m in by_start]
-    step = tilings.piece(members[0].args[0])[3] - starts[0]
+    """Contractions of pieces of one input along its dim 1 (a convolution's channels, a
+    matrix's columns): all of them, in order, when the pieces tile that dim (a grouped
+    contraction), else none."""
+    by_start = sorted(members, key=lambda m: tilings.piece(_lhs(m))[2])
+    size = shape_of(tilings.piece(_lhs(members[0]))[0])[1]
+    starts = [tilings.piece(_lhs(m))[2] for m in by_start]
+    step = tilings.piece(_lhs(members[0]))[3] - starts[0]
     return by_start if starts == list(range(0, size, step)) else []
 
 
 def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge, simplify: bool) -> None:
+    if merge.rule == "grouped_mm":
+        return _grouped_mm(graph, members)
     first = min(members, key=_position(graph))
     args = list(first.args)
     for pos, dim in merge.varying:
@@ -262,6 +285,33 @@ def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge, simplify: bo
         for i, m in enumerate(members):
             piece = graph.call_function(operator.getitem, (split, i))
             m.replace_all_uses_with(piece)
+    for m in members:
+        graph.erase_node(m)
+
+
+def _grouped_mm(graph: fx.Graph, members: list[fx.Node]) -> None:
+    """``members`` (in column order) multiply the column groups of one matrix: one batched
+    product of the matrix seen as (groups, rows, width) and the stacked weights, plus the
+    stacked biases of ``addmm``s."""
+    first = min(members, key=_position(graph))
+    base = tilings.piece(_lhs(members[0]))[0]
+    rows, cols = shape_of(base)
+    biased = members[0].target == aten.addmm.default
+    for m in members:
+        for operand in (m.args[0], m.args[2]) if biased else (m.args[1],):
+            _hoist(graph, operand, first)
+    with graph.inserting_before(first):
+        groups = graph.call_function(aten.view.default,
+                                     (base, [rows, len(members), cols // len(members)]))
+        groups = graph.call_function(aten.permute.default, (groups, [1, 0, 2]))
+        weights = graph.call_function(aten.stack.default, ([m.args[-1] for m in members],))
+        merged = graph.call_function(aten.bmm.default, (groups, weights))
+        if biased:
+            biases = graph.call_function(aten.stack.default, ([m.args[0] for m in members],))
+            biases = graph.call_function(aten.unsqueeze.default, (biases, 1))
+            merged = graph.call_function(aten.add.Tensor, (merged, biases))
+        for g, m in enumerate(members):
+            m.replace_all_uses_with(graph.call_function(aten.select.int, (merged, 0, g)))
     for m in members:
         graph.erase_node(m)
 

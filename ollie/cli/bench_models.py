@@ -295,6 +295,32 @@ class GroupConvSlices(nn.Module):
         return torch.cat([conv(x[:, i * w:(i + 1) * w]) for i, conv in enumerate(self.convs)], 1)
 
 
+class GroupLinears(nn.Module):
+    """A linear layer per column group of the features (``chunk``), concatenated."""
+
+    def __init__(self, d=256, groups=8):
+        super().__init__()
+        self.linears = nn.ModuleList(nn.Linear(d // groups, d // groups) for _ in range(groups))
+
+    def forward(self, x):
+        pieces = x.chunk(len(self.linears), -1)
+        return F.gelu(torch.cat([lin(p) for lin, p in zip(self.linears, pieces)], -1))
+
+
+class GroupMatmulSlices(nn.Module):
+    """The same, spelled with column slices and one stacked weight tensor."""
+
+    def __init__(self, d=256, groups=8):
+        super().__init__()
+        self.width = d // groups
+        self.w = nn.Parameter(torch.randn(groups, self.width, self.width) / self.width ** 0.5)
+
+    def forward(self, x):
+        w = self.width
+        return torch.cat([torch.relu(x[:, i * w:(i + 1) * w] @ self.w[i])
+                          for i in range(self.w.shape[0])], -1)
+
+
 class TimeMajorRNN(nn.Module):
     """An Elman RNN over a time-major sequence, stepped with ``unbind``."""
 
@@ -345,5 +371,9 @@ CASES = [
          _model(GroupConvSlices, 1, 64, 16, 16)),
     Case("time_major_rnn", "Elman RNN over 16 time-major steps (unbind), batch 4",
          _model(TimeMajorRNN, 16, 4, 64)),
+    Case("group_linears", "a Linear per column group (chunk), 8 groups of 32, batch 64",
+         _model(GroupLinears, 64, 256)),
+    Case("group_matmul_slices", "a matmul per column slice, 8 groups of 32, batch 64",
+         _model(GroupMatmulSlices, 64, 256)),
 ]
 BY_NAME = {c.name: c for c in CASES}

@@ -87,6 +87,33 @@ def test_a_loop_of_convolutions_over_channel_groups_becomes_one_grouped_convolut
     same_outputs(gm, new, args)
 
 
+@pytest.mark.parametrize("used", [4, 3])
+def test_a_loop_of_products_over_column_groups_becomes_one_batched_product(used):
+    def fn(x, w):  # each column group of x times its own weight (w[i]); all groups, or 3 of 4
+        return torch.cat([torch.relu(p @ w[i]) for i, p in enumerate(x.chunk(4, -1)[:used])], -1)
+    args = (torch.randn(6, 32), torch.randn(4, 8, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    if used < 4:  # the pieces do not tile x: no batched view of it
+        assert new is None, applied
+        return
+    assert count(new, aten.mm.default) == 0 and count(new, aten.bmm.default) == 1, new.code
+    assert applied == ["grouped_mm: 4 × mm.default → 1"], applied
+    same_outputs(gm, new, args)
+
+
+def test_linear_maps_of_the_column_groups_of_an_input_become_one_batched_product():
+    def fn(x, ws, bs):  # a linear layer (weight and bias) per column group of x
+        return torch.cat([F.linear(p, w, b) for p, w, b in zip(x.chunk(4, -1), ws, bs)], -1)
+    args = (torch.randn(6, 32), torch.randn(4, 5, 8), torch.randn(4, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert count(gm, aten.addmm.default) == 4 and count(new, aten.bmm.default) == 1, new.code
+    assert count(new, aten.addmm.default) == 0
+    assert applied == ["grouped_mm: 4 × addmm.default → 1"], applied
+    same_outputs(gm, new, args)
+
+
 def test_convolutions_of_one_input_merge_and_convolutions_of_different_kernels_do_not():
     def fn(x, a, b, c):  # Inception-style 1×1 branches, and a 3×3 one
         return F.conv2d(x, a), F.conv2d(x, b), F.conv2d(x, c, padding=1)
