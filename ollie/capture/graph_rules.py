@@ -304,16 +304,24 @@ def _grouped_mm(graph: fx.Graph, members: list[fx.Node]) -> None:
         groups = graph.call_function(aten.view.default,
                                      (base, [rows, len(members), cols // len(members)]))
         groups = graph.call_function(aten.permute.default, (groups, [1, 0, 2]))
-        weights = graph.call_function(aten.stack.default, ([m.args[-1] for m in members],))
+        weights = _stacked(graph, [m.args[-1] for m in members], 0)
         merged = graph.call_function(aten.bmm.default, (groups, weights))
         if biased:
-            biases = graph.call_function(aten.stack.default, ([m.args[0] for m in members],))
-            biases = graph.call_function(aten.unsqueeze.default, (biases, 1))
+            biases = _stacked(graph, [m.args[0] for m in members], 1)
             merged = graph.call_function(aten.add.Tensor, (merged, biases))
         for g, m in enumerate(members):
             m.replace_all_uses_with(graph.call_function(aten.select.int, (merged, 0, g)))
     for m in members:
         graph.erase_node(m)
+
+
+def _stacked(graph: fx.Graph, nodes: list, dim: int) -> fx.Node:
+    """``stack(nodes)`` with a size-1 dim ``dim`` added after the stacked one, as a ``cat``:
+    Inductor compiles ``aten.stack`` only through its decomposition, which ran before."""
+    pieces = [graph.call_function(aten.unsqueeze.default, (n, 0)) for n in nodes]
+    if dim:
+        pieces = [graph.call_function(aten.unsqueeze.default, (p, dim)) for p in pieces]
+    return graph.call_function(aten.cat.default, (pieces, 0))
 
 
 def _hoist(graph: fx.Graph, node, before: fx.Node) -> None:

@@ -8,7 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
 from ollie.capture import compilers, folding, graph_rules
-from ollie.cli.bench_models import SlicesOneWeight
+from ollie.cli.bench_models import GroupMatmulSlices, SlicesOneWeight
 
 aten = torch.ops.aten
 
@@ -144,6 +144,26 @@ def test_a_loop_of_products_by_one_weight_runs_as_one_product_through_the_backen
         torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
     applied = [s for r in backend.reports for s in r.substitutions]
     assert any(s.startswith("shared_rhs: 12 ×") for s in applied), applied
+
+
+def test_a_grouped_product_in_a_training_graph_compiles_and_keeps_its_gradients():
+    """In training nothing folds the stacked weights: the merge must leave only operators
+    Inductor compiles (it knows ``aten.stack`` only decomposed, before Ollie's pass)."""
+    import warnings
+    torch.manual_seed(0)
+    model, x = GroupMatmulSlices(d=64, groups=4), torch.randn(8, 64, requires_grad=True)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    x2 = x.detach().clone().requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ollie.OllieWarning)
+        torch.compile(model, backend=backend)(x2).square().sum().backward()
+    grad = model.w.grad.clone()
+    model.w.grad = None
+    model(x).square().sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, model.w.grad, rtol=1e-5, atol=1e-5)
+    applied = [s for r in backend.reports for s in r.substitutions]
+    assert "grouped_mm: 4 × mm.default → 1" in applied, applied
 
 
 def test_no_graph_is_read_after_inductor_compiled_it(monkeypatch):
