@@ -31,7 +31,7 @@ import torch
 
 from ollie import cache, log, progress
 from ollie.capture import compilers, eager_or_compiled, folding, frozen, graph_pass, \
-    rewrite, second_compile, size_branches, size_range
+    rewrite, second_compile, size_branches, size_range, substitution
 from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, \
     real_computation, take_output_strides
 from ollie.capture.report import graph_line
@@ -323,7 +323,7 @@ class OllieBackend:
             with real_computation():
                 alone = graph_pass.compare(with_regions, without, example_inputs, scratch,
                                            self.options, key)
-        return graph_pass.take_alternative(report) if alone else new
+        return substitution.take_alternative(report) if alone else new
 
     def _within_branch(self, gm, example_inputs, kwargs, chosen, report, key, original=None):
         artifact, self._direct_bounds = size_branches.within_branch(

@@ -1,7 +1,8 @@
-"""One ATen graph through Ollie: translate, derive each worthwhile region, verify, measure,
-rewrite; then the graph substitutions (``ollie.capture.graph_rules``) on what the regions
-left. (Substituting first would hide an expression's own algebra from its region: merging
-``a@b`` and ``c@b`` into one product loses ``(a+c)@b``.)
+"""One ATen graph through Ollie: roll unrolled loops up (``ollie.capture.rolling``), translate,
+derive each worthwhile region, verify, measure, rewrite; then the graph substitutions
+(``ollie.capture.graph_rules``) on what the regions left. (Substituting first would hide an
+expression's own algebra from its region: merging ``a@b`` and ``c@b`` into one product loses
+``(a+c)@b``. Rolling first shows it: n copies of a loop body summed are one reduction.)
 
 The graph's example inputs are fake (shapes, no data), so Ollie samples real ones of the same
 shapes, dtypes and layouts, runs the original graph once on them to get every value a region
@@ -23,10 +24,10 @@ from ollie.cost import measure
 from ollie.decision import Outcome
 from ollie.log import first_line
 from ollie.capture import regions as regions_mod
-from ollie.capture import contractions, eager_or_compiled, graph_rules, rewrite, size_range, \
+from ollie.capture import contractions, eager_or_compiled, rewrite, size_range, substitution, \
     symbolic
 from ollie.capture.samples import concrete, sample_like
-from ollie.numerics import allowed_error, max_relative_error
+from ollie.numerics import max_relative_error
 
 
 @dataclass
@@ -40,6 +41,7 @@ class GraphReport:
     adopted: bool = False                        # the rewritten graph is what runs
     remeasured: int = 0                          # a stored comparison within noise, again
     substitutions: list = field(default_factory=list)  # graph substitutions applied
+    rolled: list = field(default_factory=list)   # unrolled loops rolled up, before all else
     folded: int = 0                              # weight-only computations folded
     runs_eagerly: bool = False                   # the rewritten graph runs uncompiled
     eager_timing: tuple[float, float] | None = None  # rewritten: compiled vs uncompiled
@@ -83,6 +85,8 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     the backend builds) or by guards (``ollie.capture.size_range``)."""
     report = GraphReport(title)
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
+    original, rolled = gm, substitution.rolled(gm, example_inputs, report)
+    gm = rolled if rolled is not None else gm  # what the regions and substitutions start from
     translation = regions_mod.translate(gm)
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     chosen = []
@@ -96,9 +100,11 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     report.left = [(regions_mod.describe(n), regions_mod.source_line(n), why)
                    for n, why in translation.left.items()]
     if not chosen:
-        substituted = _substitute(gm, gm, example_inputs, report, options.inductor)
-        report.note = None if substituted is not None else "no region worth deriving"
-        return substituted, report
+        substituted = substitution.substitute(gm, original, example_inputs, report,
+                                              options.inductor)
+        if substituted is None and rolled is None:
+            report.note = "no region worth deriving"
+        return substitution.with_rolled(substituted, rolled, report), report
     inputs = sample_like(example_inputs)
     wanted = {n for r in chosen for n in [r.root, *r.inputs.values(), *_sizes_read(r)]}
     try:
@@ -121,91 +127,13 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
         report.size_branch = _guard_size_ranges(derived, traced_programs, values,
                                                 decompositions, options,
                                                 _shape_env(example_inputs))
-    substituted = _substitute(new if new is not None else gm, gm, example_inputs, report,
-                              options.inductor)
+    substituted = substitution.substitute(new if new is not None else gm, original,
+                                          example_inputs, report, options.inductor)
     if new is not None:  # the regions' programs may have taken in contractions a merge needs
-        _substitutions_alone(gm, example_inputs, report, options.inductor)
-    return (substituted if substituted is not None else new), report
-
-
-def _substitutions_alone(gm, example_inputs, report: GraphReport, inductor: bool) -> None:
-    """The graph substitutions on the original graph, kept in the report as an alternative
-    to the regions' rewrite where they merge more than they do after it."""
-    alone = GraphReport(report.title)
-    alternative = _substitute(gm, gm, example_inputs, alone, inductor)
-    merges = [line for line in alone.substitutions if not graph_rules.only_folds([line])]
-    if alternative is not None and len(merges) > sum(
-            not graph_rules.only_folds([line]) for line in report.substitutions):
-        report.alternative, report.alternative_substitutions = alternative, alone.substitutions
-
-
-def take_alternative(report: GraphReport) -> fx.GraphModule:
-    """The alternative in place of the regions' rewrite: its substitutions are the report's,
-    and no region's program runs."""
-    for r in report.regions:
-        if r.kernel is not None:
-            r.kernel = None
-            r.decision = r.decision.overruled(
-                Outcome.KEPT, "the graph substitutions on the original graph ran faster than "
-                "the graph with this region's program")
-    report.substitutions = report.alternative_substitutions
-    report.size_branch = None  # no region's choice left to depend on the sizes
-    return report.alternative
-
-
-def _substitute(gm, original, example_inputs, report: GraphReport,
-                inductor: bool) -> fx.GraphModule | None:
-    """``gm`` with the graph substitutions applied, when they give every output of ``gm``
-    on sample inputs, within the error allowed against ``original`` (the graph before any
-    rewrite) run in float64 (None when none applies or the check fails; the report says
-    which). Under Inductor, folds that leave every contraction's work as it was (a scale
-    folded into a convolution) are not kept: Inductor fuses that elementwise work into one
-    kernel in either form, and judging them would take a second compile."""
-    try:
-        new, applied = graph_rules.substitute(gm, example_inputs)
-    except Exception as e:  # a rule that does not fit this graph: the graph as it is
-        report.left.append(("graph substitutions", "", f"not applied: {first_line(e)}"))
-        return None
-    if new is None:
-        return None
-    if inductor and graph_rules.only_folds(applied) and \
-            contractions.work(new.graph.nodes) == contractions.work(gm.graph.nodes):
-        report.left.append(("graph substitutions", "", "not kept: every contraction does the "
-                            "work it did; Inductor fuses the rest in either form"))
-        return None
-    inputs = sample_like(example_inputs)
-    fresh = lambda: [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        expected = torch.utils._pytree.tree_leaves(gm(*fresh()))
-        got = torch.utils._pytree.tree_leaves(new(*fresh()))
-        exact = _float64_outputs(original, fresh())
-    for i, (e, g) in enumerate(zip(expected, got)):
-        if isinstance(e, torch.Tensor) and not \
-                max_relative_error(g, e) <= allowed_error(e, exact[i] if exact else None):
-            report.left.append(("graph substitutions", "",
-                                f"not applied: output {i} differs after them"))
-            return None
-    report.substitutions = applied
-    return new
-
-
-def _float64_outputs(gm, inputs) -> list | None:
-    """``gm``'s outputs computed in float64, every floating value widened as it is made
-    (a constant the graph creates as float32 too); None where the graph does not run so."""
-    try:
-        with torch.no_grad():
-            return torch.utils._pytree.tree_leaves(_Widened(gm).run(*inputs))
-    except Exception:  # an op with a fixed dtype, or none in float64
-        return None
-
-
-class _Widened(fx.Interpreter):
-    def run_node(self, n):
-        return torch.utils._pytree.tree_map(_wide, super().run_node(n))
-
-
-def _wide(x):
-    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+        substitution.substitutions_alone(gm, original, example_inputs, report,
+                                         GraphReport(title), options.inductor)
+    return substitution.with_rolled(substituted if substituted is not None else new, rolled,
+                                    report), report
 
 
 def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,

@@ -6,8 +6,10 @@ A *merge* rule groups contractions that agree on all but some operands, concaten
 runs one contraction and splits the result; a *simplifying* rule removes what merges leave
 (a concatenation of the pieces of one tensor is that tensor).
 
-``substitute`` applies the rules to a copy of the graph until nothing changes, before regions
-are translated, so the derivations see the merged contractions. Every rule is an identity
+``substitute`` applies the rules to a copy of the graph until nothing changes, after the
+regions' programs are spliced in (``ollie.capture.graph_pass`` says why, and keeps the
+substitutions on the original graph as an alternative); ``rolled_sum`` is the exception,
+applied first by ``ollie.capture.rolling``. Every rule is an identity
 for all values (the numerics contract); what the substitutions do is still checked on sample
 inputs (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
 With symbolic sizes (Dynamo's SymInts), merges and folds apply where the sizes they
@@ -53,6 +55,8 @@ RULES = [
          "cat(W_g; 0), groups=G); 1)", "merge"),
     Rule("grouped_mm", "x_g@W_g for the column groups g of x = bmm(x as (G, n, w), "
          "stack(W_g))[g]", "merge"),
+    Rule("rolled_sum", "F(x[0], y[0]) + … + F(x[n-1], y[n-1]) = vmap(F)(x, y).sum(0)  (an "
+         "unrolled loop's sum; ``rolling``, before the regions)", "merge"),
     Rule("affine_into_conv", "conv(x,W,b)·s + t = conv(x, W·s, b·s + t)  (s, t per output "
          "channel)", "fold"),
     Rule("affine_into_matmul", "(A@B)·s + t = addmm(t, A, B·s)  (s, t per column)", "fold"),

@@ -120,6 +120,17 @@ def row_loop(x, w):
     return torch.stack([torch.tanh(x[i] @ w) for i in range(x.shape[0])])
 
 
+def outer_product_loop(u, v):
+    total = torch.zeros(u.shape[1], v.shape[1])
+    for i in range(u.shape[0]):
+        total = total + torch.outer(u[i], v[i])
+    return total
+
+
+def bilinear_sum_loop(x, w, y):
+    return sum(x[i] @ w @ y[i] for i in range(x.shape[0]))
+
+
 def product_sqnorm(a, b):
     return (a @ b).pow(2).sum()
 
@@ -230,6 +241,16 @@ def _row_loop(s):
     return row_loop, _inputs((_dim(32, s, 2), _dim(256, s)), (_dim(256, s), _dim(256, s)))
 
 
+def _outer_product_loop(s):
+    n = _dim(384, s, 2)
+    return outer_product_loop, _inputs((_dim(32, s, 2), n), (_dim(32, s, 2), n))
+
+
+def _bilinear_sum_loop(s):
+    n = _dim(256, s, 2)
+    return bilinear_sum_loop, _inputs((_dim(32, s, 2), n), (n, n), (_dim(32, s, 2), n))
+
+
 def _thin_product(fn):
     def make(s):
         n, r = _dim(2048, s, 2), _dim(16, s)
@@ -271,6 +292,9 @@ CASES = [
     Case("stack_sum", "torch.stack([x @ w1, x @ w2, x @ w3]).sum(0)", _stack_sum),
     Case("stack_amax", "torch.stack([x @ w1, x @ w2, x @ w3]).amax(0)", _stack_amax),
     Case("row_loop", "torch.stack([tanh(x[i] @ w) for i in rows])", _row_loop),
+    Case("outer_product_loop", "a Python loop adding torch.outer(u[i], v[i]) over the rows",
+         _outer_product_loop),
+    Case("bilinear_sum_loop", "sum(x[i] @ w @ y[i] for i in rows)", _bilinear_sum_loop),
     Case("product_sqnorm", "(a @ b).pow(2).sum(), thin inner dimension",
          _thin_product(product_sqnorm)),
     Case("product_norm_squared", "torch.linalg.norm(a @ b) ** 2, thin inner dimension",

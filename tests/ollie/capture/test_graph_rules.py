@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
-from ollie.capture import compilers, folding, graph_rules
+from ollie.capture import compilers, folding, graph_rules, substitution
 from ollie.cli.bench_models import GroupMatmulSlices, SlicesOneWeight
 
 aten = torch.ops.aten
@@ -62,6 +62,37 @@ def test_einsum_projections_of_one_input_become_one_batched_product():
     new, applied = graph_rules.substitute(gm, fakes)
     assert count(gm, aten.bmm.default) == 5 and count(new, aten.bmm.default) == 3, applied
     assert applied[0] == "shared_lhs: 3 × bmm.default → 1", applied
+    same_outputs(gm, new, args)
+
+
+def test_an_unrolled_lstm_s_input_side_merges_over_time_and_its_state_side_stays():
+    def fn(x, w_ih, b_ih, w_hh, b_hh):  # gates from chunk(4) of one Linear of x_t, one of h
+        h = c = x.new_zeros(x.shape[1], w_hh.shape[1])
+        for t in range(x.shape[0]):
+            i, f, g, o = (F.linear(x[t], w_ih, b_ih) + F.linear(h, w_hh, b_hh)).chunk(4, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return h
+    args = (torch.randn(5, 3, 8), torch.randn(24, 8), torch.randn(24), torch.randn(24, 6),
+            torch.randn(24))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert "shared_rhs: 5 × addmm.default → 1" in applied, applied
+    assert count(new, aten.addmm.default) == 1 + 5, new.code  # the h products depend in turn
+    same_outputs(gm, new, args)
+
+
+def test_a_gru_s_gate_products_merge_on_each_side():
+    def fn(x, h, wr, wz, wn, ur, uz, un):
+        r = torch.sigmoid(x @ wr + h @ ur)
+        z = torch.sigmoid(x @ wz + h @ uz)
+        n = torch.tanh(x @ wn + r * (h @ un))
+        return (1 - z) * n + z * h
+    args = (torch.randn(4, 8), torch.randn(4, 8), *(torch.randn(8, 8) for _ in range(6)))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert count(gm, aten.mm.default) == 6 and count(new, aten.mm.default) == 2, applied
+    assert applied.count("shared_lhs: 3 × mm.default → 1") == 2, applied
     same_outputs(gm, new, args)
 
 
@@ -350,9 +381,10 @@ def test_the_substitutions_alone_stand_against_regions_that_took_in_their_contra
     from ollie.decision import Decision, Outcome
     region = SimpleNamespace(kernel=object(), decision=Decision(Outcome.ADOPTED))
     report.regions = [region]
-    graph_pass._substitutions_alone(gm, fakes, report, inductor=True)
+    substitution.substitutions_alone(gm, gm, fakes, report, graph_pass.GraphReport("alone"),
+                                     inductor=True)
     assert report.alternative is not None and report.substitutions == []
-    chosen = graph_pass.take_alternative(report)
+    chosen = substitution.take_alternative(report)
     assert count(chosen, aten.mm.default) == 1 and report.substitutions[0].startswith("shared_rhs")
     assert region.kernel is None and region.decision.text.startswith("kept: the graph substitutions")
 
