@@ -57,6 +57,8 @@ RULES = [
          "stack(W_g))[g]", "merge"),
     Rule("rolled_sum", "F(x[0], y[0]) + … + F(x[n-1], y[n-1]) = vmap(F)(x, y).sum(0)  (an "
          "unrolled loop's sum; ``rolling``, before the regions)", "merge"),
+    Rule("rolled_cat", "cat([F(x[0]), …, F(x[n-1])]; d) = vmap(F)(x) joined along d  (an "
+         "unrolled loop's results, concatenated or stacked; ``rolling``)", "merge"),
     Rule("affine_into_conv", "conv(x,W,b)·s + t = conv(x, W·s, b·s + t)  (s, t per output "
          "channel)", "fold"),
     Rule("affine_into_matmul", "(A@B)·s + t = addmm(t, A, B·s)  (s, t per column)", "fold"),

@@ -1,17 +1,20 @@
-"""Unrolled loops rolled back up: one computation on each slice of some tensors, summed.
+"""Unrolled loops rolled back up: one computation on each slice of some tensors, summed or
+joined.
 
     F(x[0], y[0]) + F(x[1], y[1]) + … + F(x[n-1], y[n-1]) = vmap(F)(x, y).sum(0)   rolled_sum
+    cat([F(x[0], y[0]), …, F(x[n-1], y[n-1])]; d) = vmap(F)(x, y) joined along d  rolled_cat
 
 A Python loop that adds up per-row work (a Gram matrix as a sum of outer products of rows, a
 weighted sum of per-row products) reaches the ATen graph unrolled: n copies of F, each on
 the selects ``x[c]`` at one position c. No region sees a reduction there, only n small
 elementwise computations; rolled up, the sum over c is one reduction of F's batched form
 (``torch.func.vmap`` of F, traced into ATen), which the derivations see as a contraction
-(the outer products of rows summed: ``UᵀV``, one matrix product).
+(the outer products of rows summed: ``UᵀV``, one matrix product). A loop over attention
+heads, its results concatenated, becomes one batched attention the same way.
 
 F is found by comparing the terms' graphs: the same operators on the same arguments, where
 each term reads selects at one position c of the same tensors along the same dims, the c
-of the terms covering the dim. Everything else a term reads (a weight, a bias) is shared.
+of the terms covering the dim (in order, for a concatenation). Everything else a term reads (a weight, a bias) is shared.
 ``roll`` runs before regions are translated; the backend checks the rolled graph's outputs
 on sample inputs like every substitution's. Graphs with symbolic sizes are left as they are
 (whether the positions cover a dim compares sizes).
@@ -36,20 +39,26 @@ class _Term:
     first read, and F's operators in the graph's order. Raises ``NotABody`` where the term
     cannot be such an F (selects at two positions, a random or mutating operator)."""
 
-    def __init__(self, root: fx.Node):
-        self.root, self.c = root, None
+    def __init__(self, root: fx.Node, dependent: set):
+        self.root, self.c, self.dependent = root, None, dependent
         self.slices: list[tuple[fx.Node, int]] = []
         self.shared: list[fx.Node] = []
         self.nodes: list[fx.Node] = []
         self._keys: dict[fx.Node, object] = {}
+        self._entered = 0
         self.key = self._key(root)
 
     def same_body(self, other: "_Term") -> bool:
         return (self.key, self.slices, self.shared) == (other.key, other.slices, other.shared)
 
     def _key(self, node: fx.Node):
+        if node not in self.dependent:
+            return None
         if node in self._keys:
             return self._keys[node]
+        self._entered += 1
+        if self._entered > 2 * MAX_NODES:  # (a recurrence's state reads every step)
+            raise NotABody
         key, at = None, _select(node)
         if at is not None:
             base, dim, c = at
@@ -92,18 +101,26 @@ def _reads_a_slice(args: tuple) -> bool:
     return any(a[0] == "f" or (a[0] == "list" and _reads_a_slice(a[1])) for a in args)
 
 
-def roll(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | None, list[str]]:
-    """A copy of ``gm`` with each sum of the copies of one computation over the slices of
-    some tensors rolled up (``rolled_sum``), and a line per sum; (None, []) when none is."""
+def roll(gm: fx.GraphModule, example_inputs, on: set
+         ) -> tuple[fx.GraphModule | None, list[str]]:
+    """A copy of ``gm`` with each sum (``rolled_sum``) and each concatenation or stack
+    (``rolled_cat``) of the copies of one computation over the slices of some tensors
+    rolled up, where ``on`` has the rule, and a line per roll; (None, []) when none is."""
     if has_symbolic_sizes(example_inputs):
         return None, []
     new, _ = rewrite.copy_graph(gm)
+    dependent = _reading_a_select(new.graph)
     applied = []
     for n in reversed(list(new.graph.nodes)):  # outermost sums first
-        if n.graph is not new.graph or not _is_add(n) or \
-                any(_is_add(u) and len(n.users) == 1 for u in n.users):
+        line = None
+        if n not in dependent:
             continue
-        line = _roll_sum(new, n)
+        if "rolled_sum" in on and _is_add(n) and \
+                not any(_is_add(u) and len(n.users) == 1 for u in n.users):
+            line = _roll_sum(new, n, dependent)
+        elif "rolled_cat" in on and n.op == "call_function" and \
+                n.target in (aten.cat.default, aten.stack.default) and n.users:
+            line = _roll_cat(new, n, dependent)
         if line:
             applied.append(line)
     if not applied:
@@ -112,40 +129,91 @@ def roll(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | None, lis
     return new, applied
 
 
-def _roll_sum(gm: fx.GraphModule, total: fx.Node) -> str | None:
-    terms = _terms(total)
+def _bodies(terms: list, dependent: set) -> list[_Term | None]:
+    """Each term as a loop body F of the slices it reads (None where it is not one)."""
     bodies = []
     for t in terms:
         try:
-            body = _Term(t) if isinstance(t, fx.Node) else None
+            body = _Term(t, dependent) if isinstance(t, fx.Node) else None
         except NotABody:
             body = None
         bodies.append(body if body is not None and body.key is not None and
                       body.key[0] == "op" else None)
+    return bodies
+
+
+def _count(body: _Term) -> int | None:
+    """How many slices the tensors ``body`` reads have along their dims (None where they
+    differ)."""
+    counts = {shape_of(base)[dim] for base, dim in body.slices}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def _reading_a_select(graph: fx.Graph) -> set:
+    """The nodes that read, through their operands, a select at a fixed position: the only
+    ones a loop body's copy can be made of (the others are shared by every copy)."""
+    found = set()
+    for n in graph.nodes:
+        if _select(n) is not None or any(a in found for a in n.all_input_nodes):
+            found.add(n)
+    return found
+
+
+def _roll_sum(gm: fx.GraphModule, total: fx.Node, dependent: set) -> str | None:
+    terms = _terms(total)
+    bodies = _bodies(terms, dependent)
     for first in bodies:
         if first is None:
             continue
         copies = [b for b in bodies if b is not None and b.same_body(first)]
-        count = shape_of(first.slices[0][0])[first.slices[0][1]]
-        if len(copies) < 2 or sorted(b.c for b in copies) != list(range(count)) or \
-                any(shape_of(base)[dim] != count for base, dim in first.slices):
+        count = _count(first)
+        if len(copies) < 2 or sorted(b.c for b in copies) != list(range(count or 0)):
             continue
         others = [t for t, b in zip(terms, bodies) if b is None or not b.same_body(first)]
-        _replace(gm, total, first, others)
+        constants = [o for o in others if not isinstance(o, fx.Node)]
+
+        def summed(out, *rest):
+            out = out.sum(0)
+            for o in (*rest, *constants):
+                out = out + o
+            return out
+        _put_batched(gm, total, first, summed, [o for o in others if isinstance(o, fx.Node)])
         return (f"rolled_sum: {count} copies of one computation on the slices of "
                 f"{len(first.slices)} tensor(s), summed")
     return None
 
 
-def _replace(gm: fx.GraphModule, total: fx.Node, body: _Term, others: list) -> None:
-    """Put ``vmap(F)(slices, shared).sum(0) + others`` in ``total``'s place."""
+def _roll_cat(gm: fx.GraphModule, joined: fx.Node, dependent: set) -> str | None:
+    items = list(joined.args[0])
+    bodies = _bodies(items, dependent)
+    first = bodies[0]
+    if len(items) < 2 or first is None or _count(first) != len(items) or \
+            any(b is None or not b.same_body(first) or b.c != j for j, b in enumerate(bodies)):
+        return None
+    dim = joined.args[1] if len(joined.args) > 1 else joined.kwargs.get("dim", 0)
+    stack = joined.target == aten.stack.default
+    rank = len(shape_of(joined))
+    dim = dim + rank if dim < 0 else dim
+
+    def joined_up(out):  # the copies' results, their position c the outer of the two dims
+        out = out.movedim(0, dim)
+        return out if stack else out.flatten(dim, dim + 1)
+    _put_batched(gm, joined, first, joined_up, [])
+    return (f"rolled_cat: {len(items)} copies of one computation on the slices of "
+            f"{len(first.slices)} tensor(s), {'stacked' if stack else 'concatenated'}")
+
+
+def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: list
+                 ) -> None:
+    """Put ``finish(vmap(F)(slices, shared), *extra)`` in ``root``'s place: F is ``body``,
+    batched over the dims of its slices."""
     from ollie.capture.compilers import decompositions
 
     f_graph, env = fx.Graph(), {}
     slice_inputs = [f_graph.placeholder(f"slice{i}") for i in range(len(body.slices))]
     shared_inputs = [f_graph.placeholder(f"shared{i}") for i in range(len(body.shared))]
     env.update(zip(body.shared, shared_inputs))
-    for node in body.nodes:  # in the graph's order: operands first
+    for node in body.nodes:  # operands first
         def operand(a):
             at = _select(a)
             if at is not None and (at[0], at[1]) in body.slices:
@@ -154,22 +222,17 @@ def _replace(gm: fx.GraphModule, total: fx.Node, body: _Term, others: list) -> N
         env[node] = f_graph.node_copy(node, operand)
     f_graph.output(env[body.root])
     f = fx.GraphModule(torch.nn.Module(), f_graph)
-    k, node_others = len(body.slices), [o for o in others if isinstance(o, fx.Node)]
-    constants = [o for o in others if not isinstance(o, fx.Node)]
+    k, shared_count = len(body.slices), len(body.shared)
     dims = tuple(dim for _, dim in body.slices)
-    shared_count = len(body.shared)
 
     def program(*xs):
         slices, shared, rest = xs[:k], xs[k:k + shared_count], xs[k + shared_count:]
-        out = torch.func.vmap(lambda *s: f(*s, *shared), in_dims=dims)(*slices).sum(0)
-        for o in (*rest, *constants):
-            out = out + o
-        return out
+        return finish(torch.func.vmap(lambda *s: f(*s, *shared), in_dims=dims)(*slices), *rest)
 
-    inputs = [base for base, _ in body.slices] + body.shared + node_others
-    values = [n.meta["val"] for n in inputs]
-    traced = rewrite.trace_kernel(program, values, total.meta["val"], decompositions())
-    rewrite.splice(gm, total, inputs, traced)
+    inputs = [base for base, _ in body.slices] + body.shared + extra
+    traced = rewrite.trace_kernel(program, [n.meta["val"] for n in inputs], root.meta["val"],
+                                  decompositions())
+    rewrite.splice(gm, root, inputs, traced)
 
 
 def _select(node) -> tuple[fx.Node, int, int] | None:

@@ -3,7 +3,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
-from ollie.capture import rolling
+from ollie.capture import graph_rules, rolling
 from ollie.cli.bench_suite import bilinear_sum_loop, outer_product_loop
 
 aten = torch.ops.aten
@@ -21,7 +21,7 @@ def count(gm, target) -> int:
 def test_a_loop_adding_outer_products_of_rows_becomes_one_reduction():
     args = (torch.randn(6, 4), torch.randn(6, 5))
     gm, fakes = graph_of(outer_product_loop, *args)
-    new, applied = rolling.roll(gm, fakes)
+    new, applied = rolling.roll(gm, fakes, graph_rules.ON)
     assert applied == ["rolled_sum: 6 copies of one computation on the slices of 2 tensor(s), "
                        "summed"]
     assert count(gm, aten.mul.Tensor) == 6 and count(new, aten.mul.Tensor) == 1, new.code
@@ -37,7 +37,7 @@ def test_a_loop_body_with_a_shared_weight_and_two_reads_of_one_slice_is_batched(
         return total
     args = (torch.randn(3, 5, 4), torch.randn(4, 4), torch.randn(4))
     gm, fakes = graph_of(fn, *args)
-    new, applied = rolling.roll(gm, fakes)
+    new, applied = rolling.roll(gm, fakes, graph_rules.ON)
     assert applied and "slices of 1 tensor(s)" in applied[0]
     assert count(gm, aten.tanh.default) == 5 and count(new, aten.tanh.default) == 1
     torch.testing.assert_close(new(*args), gm(*args))
@@ -57,7 +57,7 @@ def test_terms_that_differ_by_more_than_their_slices_are_not_rolled():
         return sum(torch.nn.functional.dropout(x[i], 0.5, True) for i in range(x.shape[0]))
     for fn in (weighted, some_rows, random_body):
         gm, fakes = graph_of(fn, torch.randn(4, 3))
-        assert rolling.roll(gm, fakes) == (None, []), fn.__name__
+        assert rolling.roll(gm, fakes, graph_rules.ON) == (None, []), fn.__name__
 
 
 def test_a_rolled_bilinear_loop_runs_as_one_product_through_the_backend():
@@ -72,3 +72,40 @@ def test_a_rolled_bilinear_loop_runs_as_one_product_through_the_backend():
     assert report.rolled == ["rolled_sum: 8 copies of one computation on the slices of 2 "
                              "tensor(s), summed"], report
     assert len(report.regions) == 1  # the rolled sum is one region, not eight
+
+
+def test_a_loop_over_attention_heads_joined_along_a_dim_becomes_one_batched_attention():
+    def heads_cat(q, k, v):
+        return torch.cat([torch.softmax(q[h] @ k[h].T, -1) @ v[h] for h in range(q.shape[0])],
+                         -1)
+
+    def heads_stack(q, k, v):  # heads in dim 1, stacked into dim 1 again
+        return torch.stack([torch.softmax(q[:, h] @ k[:, h].T, -1) @ v[:, h]
+                            for h in range(q.shape[1])], 1)
+    for fn, shape in ((heads_cat, (3, 5, 4)), (heads_stack, (5, 3, 4))):
+        args = [torch.randn(*shape) for _ in range(3)]
+        gm, fakes = graph_of(fn, *args)
+        new, applied = rolling.roll(gm, fakes, graph_rules.ON)
+        assert applied == ["rolled_cat: 3 copies of one computation on the slices of 3 "
+                           f"tensor(s), {'stacked' if fn is heads_stack else 'concatenated'}"]
+        assert count(gm, aten.mm.default) == 6 and count(new, aten.mm.default) == 0 and \
+            count(new, aten.bmm.default) == 2, new.code
+        torch.testing.assert_close(new(*args), gm(*args))
+
+
+def test_copies_out_of_order_in_a_concatenation_are_not_rolled():
+    def reversed_rows(x):
+        return torch.cat([torch.exp(x[i]) for i in reversed(range(x.shape[0]))])
+    gm, fakes = graph_of(reversed_rows, torch.randn(4, 3))
+    assert rolling.roll(gm, fakes, graph_rules.ON) == (None, [])
+
+
+def test_the_states_of_a_long_recurrence_are_not_a_loop_body():
+    def states(x, w):  # each state reads every earlier step: no copies of one body
+        h, hs = torch.zeros(x.shape[1]), []
+        for t in range(x.shape[0]):
+            h = torch.tanh(x[t] + h @ w)
+            hs.append(h)
+        return torch.stack(hs), sum(hs)
+    gm, fakes = graph_of(states, torch.randn(300, 4), torch.randn(4, 4))
+    assert rolling.roll(gm, fakes, graph_rules.ON) == (None, [])
