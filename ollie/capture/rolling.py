@@ -16,16 +16,17 @@ F is found by comparing the terms' graphs: the same operators on the same argume
 each term reads selects at one position c of the same tensors along the same dims, the c
 of the terms covering the dim (in order, for a concatenation). Everything else a term reads (a weight, a bias) is shared.
 ``roll`` runs before regions are translated; the backend checks the rolled graph's outputs
-on sample inputs like every substitution's. Graphs with symbolic sizes are left as they are
-(whether the positions cover a dim compares sizes).
+on sample inputs like every substitution's. With symbolic sizes (Dynamo's SymInts), a loop
+rolls where the dim it runs over has a fixed size (as Dynamo fixes a ``range`` over it) and
+the batched body traces for every size of the others.
 """
 from __future__ import annotations
 
 import torch
 import torch.fx as fx
 
-from ollie.capture import rewrite
-from ollie.capture.symbolic import has_symbolic_sizes
+from ollie.capture import rewrite, symbolic
+from ollie.capture.samples import concrete, sample_like
 from ollie.capture.tilings import _is_add, _terms, shape_of
 
 aten = torch.ops.aten
@@ -106,8 +107,6 @@ def roll(gm: fx.GraphModule, example_inputs, on: set
     """A copy of ``gm`` with each sum (``rolled_sum``) and each concatenation or stack
     (``rolled_cat``) of the copies of one computation over the slices of some tensors
     rolled up, where ``on`` has the rule, and a line per roll; (None, []) when none is."""
-    if has_symbolic_sizes(example_inputs):
-        return None, []
     new, _ = rewrite.copy_graph(gm)
     dependent = _reading_a_select(new.graph)
     applied = []
@@ -115,12 +114,15 @@ def roll(gm: fx.GraphModule, example_inputs, on: set
         line = None
         if n not in dependent:
             continue
-        if "rolled_sum" in on and _is_add(n) and \
-                not any(_is_add(u) and len(n.users) == 1 for u in n.users):
-            line = _roll_sum(new, n, dependent)
-        elif "rolled_cat" in on and n.op == "call_function" and \
-                n.target in (aten.cat.default, aten.stack.default) and n.users:
-            line = _roll_cat(new, n, dependent)
+        try:
+            if "rolled_sum" in on and _is_add(n) and \
+                    not any(_is_add(u) and len(n.users) == 1 for u in n.users):
+                line = _roll_sum(new, n, dependent)
+            elif "rolled_cat" in on and n.op == "call_function" and \
+                    n.target in (aten.cat.default, aten.stack.default) and n.users:
+                line = _roll_cat(new, n, dependent)
+        except symbolic.SizeSpecific:  # the batched body holds at these sizes only
+            continue
         if line:
             applied.append(line)
     if not applied:
@@ -145,8 +147,10 @@ def _bodies(terms: list, dependent: set) -> list[_Term | None]:
 def _count(body: _Term) -> int | None:
     """How many slices the tensors ``body`` reads have along their dims (None where they
     differ)."""
-    counts = {shape_of(base)[dim] for base, dim in body.slices}
-    return counts.pop() if len(counts) == 1 else None
+    counts = [shape_of(base)[dim] for base, dim in body.slices]
+    if not all(isinstance(n, int) for n in counts) or len(set(counts)) != 1:
+        return None
+    return counts[0]
 
 
 def _reading_a_select(graph: fx.Graph) -> set:
@@ -230,8 +234,16 @@ def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: 
         return finish(torch.func.vmap(lambda *s: f(*s, *shared), in_dims=dims)(*slices), *rest)
 
     inputs = [base for base, _ in body.slices] + body.shared + extra
-    traced = rewrite.trace_kernel(program, [n.meta["val"] for n in inputs], root.meta["val"],
-                                  decompositions())
+    metas, like = [n.meta["val"] for n in inputs], root.meta["val"]
+    if not symbolic.has_symbolic_sizes(metas):
+        traced = rewrite.trace_kernel(program, metas, like, decompositions())
+    else:  # traced on symbolic sizes, its layout decided on one run at the sizes' hints
+        operands = sample_like(metas)
+        like = torch.empty_strided([concrete(d) for d in like.shape],
+                                   [concrete(d) for d in like.stride()], dtype=like.dtype)
+        fakes, env = symbolic.fake_inputs(operands, metas)
+        traced = rewrite.trace_kernel(program, operands, like, decompositions(), fakes)
+        symbolic.refuse_specialised(env)
     rewrite.splice(gm, root, inputs, traced)
 
 
@@ -244,6 +256,8 @@ def _select(node) -> tuple[fx.Node, int, int] | None:
     base, dim, c = node.args[0], node.args[1], node.args[2]
     shape = shape_of(base)
     dim = dim + len(shape) if dim < 0 else dim
+    if c < 0 and not isinstance(shape[dim], int):
+        return None
     return base, dim, c + shape[dim] if c < 0 else c
 
 

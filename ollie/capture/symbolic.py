@@ -7,9 +7,10 @@ measured at the sizes of the call that compiled the graph (the hints), and its p
 then emitted symbolically:
 
 1. the lowered program is traced on fake inputs whose dims are symbolic exactly where the
-   region's inputs are, each in a fresh ``ShapeEnv``: a program that fixed a size (a reshape
-   to a literal, an index array of one length) adds a guard there and is refused, so the
-   graph is never specialised behind the user's back;
+   region's inputs are, in a fresh ``ShapeEnv`` that keeps which of those sizes are one
+   symbol in the graph: a program that fixed a size (a reshape to a literal, an index array
+   of one length) or related two sizes the graph does not relate adds a guard there and is
+   refused, so the graph is never specialised behind the user's back;
 2. the traced graph is checked numerically at a second size against the region's original
    nodes (an index array that fits only the hint would fail here);
 3. only then is it spliced in, and Inductor compiles one graph for every size.
@@ -21,7 +22,8 @@ from __future__ import annotations
 import sympy
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ollie.numerics import max_relative_error
@@ -42,15 +44,45 @@ def _symbolic(d) -> bool:
 
 
 def fake_inputs(reals: list[torch.Tensor], metas: list[torch.Tensor]):
-    """Fake copies of ``reals`` in a fresh ShapeEnv, a dim symbolic where ``metas`` (the
-    graph's values) has a symbolic size; and that ShapeEnv."""
+    """Fake copies of ``reals`` in a fresh ShapeEnv, and that ShapeEnv: a dim is symbolic
+    where ``metas`` (the graph's values) has a symbolic size, and dims that are one size
+    symbol in the graph are one symbol here (the lengths of ``q`` and ``k``), so that a
+    program relying on what the graph knows adds no guard."""
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
+    symbols: dict = {}  # the graph's size symbol -> this env's
+
+    def size(d, hint: int):
+        if not _symbolic(d):
+            return hint
+        expr = d.node.expr
+        key = expr if isinstance(expr, sympy.Symbol) else object()  # (an expression: alone)
+        if key not in symbols:
+            source = ConstantSource(f"ollie_size{len(symbols)}")
+            symbols[key] = env.create_symintnode(
+                env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC), hint=hint,
+                source=source)
+        return symbols[key]
+    def stride(d, hint: int):  # the graph's expression, in this env's symbols; or None
+        if not _symbolic(d):
+            return hint
+        ours = {k: v.node.expr for k, v in symbols.items() if isinstance(k, sympy.Symbol)}
+        if not d.node.expr.free_symbols <= ours.keys():
+            return None
+        return env.create_symintnode(d.node.expr.xreplace(ours), hint=hint)
     fakes = []
     for real, meta in zip(reals, metas):
-        dims = [DimDynamic.DYNAMIC if _symbolic(d) else DimDynamic.STATIC for d in meta.shape]
-        context = StatelessSymbolicContext(dynamic_sizes=dims, constraint_sizes=[None] * len(dims))
-        fakes.append(mode.from_tensor(real, symbolic_context=context))
+        sizes = [size(d, n) for d, n in zip(meta.shape, real.shape)]
+        strides = [stride(d, n) for d, n in zip(meta.stride(), real.stride())]
+        with mode:
+            if None not in strides:
+                fake = torch.empty_strided(sizes, strides, dtype=real.dtype, device=real.device)
+            else:  # dense in the real one's dim order
+                order = sorted(range(real.dim()), key=lambda i: -real.stride(i))
+                fake = torch.empty([sizes[i] for i in order], dtype=real.dtype,
+                                   device=real.device).permute([order.index(i) for i in
+                                                                range(real.dim())])
+        fakes.append(fake)
     return fakes, env
 
 

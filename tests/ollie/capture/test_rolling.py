@@ -109,3 +109,18 @@ def test_the_states_of_a_long_recurrence_are_not_a_loop_body():
         return torch.stack(hs), sum(hs)
     gm, fakes = graph_of(states, torch.randn(300, 4), torch.randn(4, 4))
     assert rolling.roll(gm, fakes, graph_rules.ON) == (None, [])
+
+
+def test_a_loop_over_heads_rolls_up_in_a_graph_of_any_sequence_length():
+    def heads(q, k, v):
+        return torch.cat([torch.softmax(q[h] @ k[h].T, -1) @ v[h] for h in range(q.shape[0])],
+                         -1)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    compiled = torch.compile(heads, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for n in (6, 9, 13):  # the heads fixed by the loop, the length symbolic
+            args = [torch.randn(3, n, 4) for _ in range(3)]
+            torch.testing.assert_close(compiled(*args), heads(*args))
+    assert backend.graphs == 1
+    assert backend.reports[0].rolled == ["rolled_cat: 3 copies of one computation on the "
+                                         "slices of 3 tensor(s), concatenated"]

@@ -19,13 +19,13 @@ class Kernel:
 def symbolic_rows(m=256, k=64):
     """Concrete operands, and the graph's view of them: the rows of ``a`` symbolic."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, \
+        StatelessSymbolicContext
 
     a, b = torch.randn(m, k), torch.randn(k, 8)
     mode = FakeTensorMode(shape_env=ShapeEnv())
-    graph_a = mode.from_tensor(a, symbolic_context=symbolic.StatelessSymbolicContext(
-        dynamic_sizes=[symbolic.DimDynamic.DYNAMIC, symbolic.DimDynamic.STATIC],
-        constraint_sizes=[None, None]))
+    graph_a = mode.from_tensor(a, symbolic_context=StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC], constraint_sizes=[None, None]))
     return [a, b], [graph_a, mode.from_tensor(b, static_shapes=True)]
 
 
@@ -34,6 +34,27 @@ def trace(fn):
     fakes, env = symbolic.fake_inputs(reals, metas)
     like = fn(*reals)
     return rewrite.trace_kernel(Kernel(fn), reals, like, {}, fakes), env
+
+
+def test_sizes_that_are_one_symbol_in_the_graph_are_one_symbol_in_the_trace():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, \
+        StatelessSymbolicContext
+
+    def graph_values(rows_a, rows_b):  # (duck sizing: equal sizes, one symbol)
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DUCK, DimDynamic.STATIC],
+                                           constraint_sizes=[None, None])
+        reals = [torch.randn(rows_a, 4), torch.randn(rows_b, 4)]
+        return reals, [mode.from_tensor(r, symbolic_context=context) for r in reals]
+    for rows_b, related in ((6, True), (7, False)):
+        reals, metas = graph_values(6, rows_b)
+        fakes, env = symbolic.fake_inputs(reals, metas)
+        assert (fakes[0].shape[0].node.expr == fakes[1].shape[0].node.expr) == related
+        if related:  # adding them needs the two lengths equal: the graph knows they are
+            rewrite.trace_kernel(Kernel(torch.add), reals[:1] * 2, reals[0], {},
+                                 [fakes[0], fakes[1]])
+            symbolic.refuse_specialised(env)
 
 
 def test_a_size_generic_program_traces_symbolically():
