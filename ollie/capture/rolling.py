@@ -98,6 +98,10 @@ class NotABody(Exception):
     pass
 
 
+class Unbatchable(Exception):
+    """``torch.func.vmap`` cannot batch the loop body (an operator without a batching rule)."""
+
+
 def _reads_a_slice(args: tuple) -> bool:
     return any(a[0] == "f" or (a[0] == "list" and _reads_a_slice(a[1])) for a in args)
 
@@ -121,7 +125,7 @@ def roll(gm: fx.GraphModule, example_inputs, on: set
             elif "rolled_cat" in on and n.op == "call_function" and \
                     n.target in (aten.cat.default, aten.stack.default) and n.users:
                 line = _roll_cat(new, n, dependent)
-        except symbolic.SizeSpecific:  # the batched body holds at these sizes only
+        except (symbolic.SizeSpecific, Unbatchable):  # this loop stays unrolled
             continue
         if line:
             applied.append(line)
@@ -235,14 +239,20 @@ def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: 
 
     inputs = [base for base, _ in body.slices] + body.shared + extra
     metas, like = [n.meta["val"] for n in inputs], root.meta["val"]
-    if not symbolic.has_symbolic_sizes(metas):
-        traced = rewrite.trace_kernel(program, metas, like, decompositions())
-    else:  # traced on symbolic sizes, its layout decided on one run at the sizes' hints
-        operands = sample_like(metas)
-        like = torch.empty_strided([concrete(d) for d in like.shape],
-                                   [concrete(d) for d in like.stride()], dtype=like.dtype)
-        fakes, env = symbolic.fake_inputs(operands, metas)
-        traced = rewrite.trace_kernel(program, operands, like, decompositions(), fakes)
+    try:
+        if not symbolic.has_symbolic_sizes(metas):
+            traced = rewrite.trace_kernel(program, metas, like, decompositions())
+        else:  # traced on symbolic sizes, its layout decided on one run at the sizes' hints
+            operands = sample_like(metas)
+            like = torch.empty_strided([concrete(d) for d in like.shape],
+                                       [concrete(d) for d in like.stride()], dtype=like.dtype)
+            fakes, env = symbolic.fake_inputs(operands, metas)
+            traced = rewrite.trace_kernel(program, operands, like, decompositions(), fakes)
+    except symbolic.SizeSpecific:
+        raise
+    except Exception as e:  # vmap's or the trace's: no batched form of this body
+        raise Unbatchable(str(e)) from e
+    if symbolic.has_symbolic_sizes(metas):
         symbolic.refuse_specialised(env)
     rewrite.splice(gm, root, inputs, traced)
 

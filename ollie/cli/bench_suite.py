@@ -120,6 +120,11 @@ def row_loop(x, w):
     return torch.stack([torch.tanh(x[i] @ w) for i in range(x.shape[0])])
 
 
+def head_loop(q, k, v):
+    return torch.cat([torch.softmax(q[h] @ k[h].T / 8, -1) @ v[h] for h in range(q.shape[0])],
+                     -1)
+
+
 def outer_product_loop(u, v):
     total = torch.zeros(u.shape[1], v.shape[1])
     for i in range(u.shape[0]):
@@ -241,6 +246,11 @@ def _row_loop(s):
     return row_loop, _inputs((_dim(32, s, 2), _dim(256, s)), (_dim(256, s), _dim(256, s)))
 
 
+def _head_loop(s):
+    shape = (_dim(8, s, 2), _dim(128, s, 2), _dim(32, s, 2))
+    return head_loop, _inputs(shape, shape, shape)
+
+
 def _outer_product_loop(s):
     n = _dim(384, s, 2)
     return outer_product_loop, _inputs((_dim(32, s, 2), n), (_dim(32, s, 2), n))
@@ -292,6 +302,8 @@ CASES = [
     Case("stack_sum", "torch.stack([x @ w1, x @ w2, x @ w3]).sum(0)", _stack_sum),
     Case("stack_amax", "torch.stack([x @ w1, x @ w2, x @ w3]).amax(0)", _stack_amax),
     Case("row_loop", "torch.stack([tanh(x[i] @ w) for i in rows])", _row_loop),
+    Case("head_loop", "attention per head in a Python loop, the heads concatenated",
+         _head_loop),
     Case("outer_product_loop", "a Python loop adding torch.outer(u[i], v[i]) over the rows",
          _outer_product_loop),
     Case("bilinear_sum_loop", "sum(x[i] @ w @ y[i] for i in rows)", _bilinear_sum_loop),

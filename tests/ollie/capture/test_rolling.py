@@ -124,3 +124,22 @@ def test_a_loop_over_heads_rolls_up_in_a_graph_of_any_sequence_length():
     assert backend.graphs == 1
     assert backend.reports[0].rolled == ["rolled_cat: 3 copies of one computation on the "
                                          "slices of 3 tensor(s), concatenated"]
+
+
+def test_a_body_vmap_cannot_batch_stays_unrolled_and_other_loops_still_roll(monkeypatch):
+    def two_loops(x, y):
+        return sum(torch.exp(x[i]) for i in range(x.shape[0])), \
+            sum(torch.sin(y[i]) for i in range(y.shape[0]))
+    gm, fakes = graph_of(two_loops, torch.randn(4, 3), torch.randn(5, 3))
+    real_vmap, calls = torch.func.vmap, []
+
+    def vmap(f, in_dims):  # as if the sin loop's body (rolled first: the later) had no
+        calls.append(f)    # batching rule
+        if len(calls) == 1:
+            raise RuntimeError("Batching rule not implemented for aten::sin")
+        return real_vmap(f, in_dims)
+    monkeypatch.setattr(torch.func, "vmap", vmap)
+    new, applied = rolling.roll(gm, fakes, graph_rules.ON)
+    assert applied == ["rolled_sum: 4 copies of one computation on the slices of 1 tensor(s), "
+                       "summed"]
+    assert count(new, aten.exp.default) == 1 and count(new, aten.sin.default) == 5
