@@ -7,20 +7,11 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
+from graph_helpers import count, graph_of
 from ollie.capture import compilers, folding, graph_rules, substitution
 from ollie.cli.bench_models import GroupMatmulSlices, SlicesOneWeight
 
 aten = torch.ops.aten
-
-
-def graph_of(fn, *args):
-    """``fn``'s ATen graph with fake values on every node, and its fake inputs."""
-    gm = make_fx(fn, tracing_mode="fake")(*args)
-    return gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
-
-
-def count(gm, target) -> int:
-    return sum(n.target == target for n in gm.graph.nodes)
 
 
 def same_outputs(gm, new, args):

@@ -1,21 +1,12 @@
 """Unrolled loops rolled back up (``ollie.capture.rolling``), alone and through the backend."""
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
+from graph_helpers import count, graph_of
 from ollie.capture import graph_rules, rolling
 from ollie.cli.bench_suite import bilinear_sum_loop, outer_product_loop
 
 aten = torch.ops.aten
-
-
-def graph_of(fn, *args):
-    gm = make_fx(fn, tracing_mode="fake")(*args)
-    return gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
-
-
-def count(gm, target) -> int:
-    return sum(n.target == target for n in gm.graph.nodes)
 
 
 def test_a_loop_adding_outer_products_of_rows_becomes_one_reduction():
