@@ -22,6 +22,8 @@ the batched body traces for every size of the others.
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.fx as fx
 
@@ -239,13 +241,15 @@ def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: 
 
     inputs = [base for base, _ in body.slices] + body.shared + extra
     metas, like = [n.meta["val"] for n in inputs], root.meta["val"]
+    # traced on sample tensors (vmap makes real tensors of a body's scalars), or on symbolic
+    # sizes with its layout decided on one run at the sizes' hints
+    operands = sample_like(metas)
+    like = torch.empty_strided([concrete(d) for d in like.shape],
+                               [concrete(d) for d in like.stride()], dtype=like.dtype)
     try:
         if not symbolic.has_symbolic_sizes(metas):
-            traced = rewrite.trace_kernel(program, metas, like, decompositions())
-        else:  # traced on symbolic sizes, its layout decided on one run at the sizes' hints
-            operands = sample_like(metas)
-            like = torch.empty_strided([concrete(d) for d in like.shape],
-                                       [concrete(d) for d in like.stride()], dtype=like.dtype)
+            traced = rewrite.trace_kernel(program, operands, like, decompositions())
+        else:
             fakes, env = symbolic.fake_inputs(operands, metas)
             traced = rewrite.trace_kernel(program, operands, like, decompositions(), fakes)
     except symbolic.SizeSpecific:
@@ -258,12 +262,19 @@ def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: 
 
 
 def _select(node) -> tuple[fx.Node, int, int] | None:
-    """``(base, dim, position)`` of ``aten.select(base, dim, position)``, dim and position
-    counted from the start."""
-    if not (isinstance(node, fx.Node) and node.op == "call_function" and
-            node.target == aten.select.int and isinstance(node.args[2], int)):
+    """``(base, dim, position)`` of ``aten.select(base, dim, position)`` or of an item of
+    ``aten.unbind(base, dim)``, dim and position counted from the start."""
+    if not (isinstance(node, fx.Node) and node.op == "call_function"):
         return None
-    base, dim, c = node.args[0], node.args[1], node.args[2]
+    if node.target == aten.select.int and isinstance(node.args[2], int):
+        base, dim, c = node.args
+    elif node.target == operator.getitem and isinstance(node.args[0], fx.Node) and \
+            node.args[0].target == aten.unbind.int:
+        unbind, c = node.args
+        base = unbind.args[0]
+        dim = unbind.args[1] if len(unbind.args) > 1 else unbind.kwargs.get("dim", 0)
+    else:
+        return None
     shape = shape_of(base)
     dim = dim + len(shape) if dim < 0 else dim
     if c < 0 and not isinstance(shape[dim], int):

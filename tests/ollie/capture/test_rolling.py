@@ -134,3 +134,21 @@ def test_a_body_vmap_cannot_batch_stays_unrolled_and_other_loops_still_roll(monk
     assert applied == ["rolled_sum: 4 copies of one computation on the slices of 1 tensor(s), "
                        "summed"]
     assert count(new, aten.exp.default) == 1 and count(new, aten.sin.default) == 5
+
+
+def test_rows_taken_by_unbind_and_a_body_with_its_own_constants_roll_up():
+    def outer_unbind(u, v):
+        return sum(torch.outer(a, b) for a, b in zip(u.unbind(0), v.unbind(0)))
+
+    def per_row_norm(x):  # 1e-5 becomes a tensor inside vmap
+        return torch.stack([(x[i] - x[i].mean()) / (x[i].std() + 1e-5)
+                            for i in range(x.shape[0])])
+    for fn, args, line in (
+            (outer_unbind, (torch.randn(5, 3), torch.randn(5, 4)),
+             "rolled_sum: 5 copies of one computation on the slices of 2 tensor(s), summed"),
+            (per_row_norm, (torch.randn(6, 8),),
+             "rolled_cat: 6 copies of one computation on the slices of 1 tensor(s), stacked")):
+        gm, fakes = graph_of(fn, *args)
+        new, applied = rolling.roll(gm, fakes, graph_rules.ON)
+        assert applied == [line], fn.__name__
+        torch.testing.assert_close(new(*args), gm(*args))
