@@ -13,8 +13,9 @@ elementwise computations; rolled up, the sum over c is one reduction of F's batc
 heads, its results concatenated, becomes one batched attention the same way.
 
 F is found by comparing the terms' graphs: the same operators on the same arguments, where
-each term reads selects at one position c of the same tensors along the same dims, the c
-of the terms covering the dim (in order, for a concatenation). Everything else a term reads (a weight, a bias) is shared.
+each term reads selects (or ``unbind`` items) at one position c of the same tensors along
+the same dims, the c of the terms covering the dim (in order, for a concatenation).
+Everything else a term reads (a weight, a bias) is shared.
 ``roll`` runs before regions are translated; the backend checks the rolled graph's outputs
 on sample inputs like every substitution's. With symbolic sizes (Dynamo's SymInts), a loop
 rolls where the dim it runs over has a fixed size (as Dynamo fixes a ``range`` over it) and
@@ -29,18 +30,19 @@ import torch.fx as fx
 
 from ollie.capture import rewrite, symbolic
 from ollie.capture.samples import concrete, sample_like
-from ollie.capture.tilings import _is_add, _terms, shape_of
+from ollie.capture.tilings import shape_of, sum_terms
 
 aten = torch.ops.aten
 MAX_NODES = 64  # operators of F: a term beyond is no loop body worth rolling
 
 
 class _Term:
-    """One term of a sum as a function F of the slices it reads: its structural ``key``
-    (equal for the copies of one F; None where the term reads no slice), the position ``c``
-    of its selects, the slices ``(base, dim)`` and the shared nodes it reads, in the order
-    first read, and F's operators in the graph's order. Raises ``NotABody`` where the term
-    cannot be such an F (selects at two positions, a random or mutating operator)."""
+    """One term of a sum (or item of a concatenation) as a function F of the slices it reads:
+    its structural ``key`` (equal for the copies of one F; None where the term reads no
+    slice), the position ``c`` of its selects, the slices ``(base, dim)`` and the shared
+    nodes it reads, in the order first read, and F's operators in the graph's order. Raises
+    ``NotABody`` where the term cannot be such an F (selects at two positions, a random or
+    mutating operator)."""
 
     def __init__(self, root: fx.Node, dependent: set):
         self.root, self.c, self.dependent = root, None, dependent
@@ -117,13 +119,12 @@ def roll(gm: fx.GraphModule, example_inputs, on: set
     dependent = _reading_a_select(new.graph)
     applied = []
     for n in reversed(list(new.graph.nodes)):  # outermost sums first
-        line = None
+        line, terms = None, sum_terms(n)
         if n not in dependent:
             continue
         try:
-            if "rolled_sum" in on and _is_add(n) and \
-                    not any(_is_add(u) and len(n.users) == 1 for u in n.users):
-                line = _roll_sum(new, n, dependent)
+            if "rolled_sum" in on and terms is not None:
+                line = _roll_sum(new, n, terms, dependent)
             elif "rolled_cat" in on and n.op == "call_function" and \
                     n.target in (aten.cat.default, aten.stack.default) and n.users:
                 line = _roll_cat(new, n, dependent)
@@ -169,8 +170,8 @@ def _reading_a_select(graph: fx.Graph) -> set:
     return found
 
 
-def _roll_sum(gm: fx.GraphModule, total: fx.Node, dependent: set) -> str | None:
-    terms = _terms(total)
+def _roll_sum(gm: fx.GraphModule, total: fx.Node, terms: list, dependent: set
+              ) -> str | None:
     bodies = _bodies(terms, dependent)
     for first in bodies:
         if first is None:

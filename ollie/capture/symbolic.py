@@ -50,7 +50,7 @@ def fake_inputs(reals: list[torch.Tensor], metas: list[torch.Tensor]):
     program relying on what the graph knows adds no guard."""
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)  # (a program's constants)
-    symbols: dict = {}  # the graph's size symbol -> this env's  # the graph's size symbol -> this env's
+    symbols: dict = {}  # the graph's size symbol -> this env's
 
     def size(d, hint: int):
         if not _symbolic(d):

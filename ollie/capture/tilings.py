@@ -114,10 +114,9 @@ def simplify_sums(graph: fx.Graph, on: set) -> list[str]:
         return []
     applied = []
     for n in reversed(list(graph.nodes)):  # outermost sums first
-        if n.graph is not graph or not _is_add(n) or any(_is_add(u) and len(n.users) == 1
-                                                           for u in n.users):
+        terms = sum_terms(n) if n.graph is graph else None
+        if terms is None:
             continue
-        terms = _terms(n)
         pieces = [t for t in terms if piece(t) and piece(t)[4]]
         by_base: dict = {}
         for t in pieces:
@@ -137,6 +136,14 @@ def simplify_sums(graph: fx.Graph, on: set) -> list[str]:
             applied.append(f"tiling_sum: a sum of the {len(starts)} rows of a tensor")
             break
     return applied
+
+
+def sum_terms(n) -> list | None:
+    """The terms of the sum ``n`` heads, through the additions only it reads; None where
+    ``n`` is no addition, or one that a larger sum reads alone."""
+    if not _is_add(n) or any(_is_add(u) and len(n.users) == 1 for u in n.users):
+        return None
+    return _terms(n)
 
 
 def _is_add(n) -> bool:
