@@ -13,9 +13,10 @@ elementwise computations; rolled up, the sum over c is one reduction of F's batc
 heads, its results concatenated, becomes one batched attention the same way.
 
 F is found by comparing the terms' graphs: the same operators on the same arguments, where
-each term reads selects (or ``unbind`` items) at one position c of the same tensors along
-the same dims, the c of the terms covering the dim (in order, for a concatenation).
-Everything else a term reads (a weight, a bias) is shared.
+each term reads selects (``unbind`` items, ``split`` pieces of size 1) at one position c of
+the same tensors along the same dims, the c of the terms covering the dim (in order, for a
+concatenation). Everything else a term reads (a weight, a bias) is shared.
+
 ``roll`` runs before regions are translated; the backend checks the rolled graph's outputs
 on sample inputs like every substitution's. With symbolic sizes (Dynamo's SymInts), a loop
 rolls where the dim it runs over has a fixed size (as Dynamo fixes a ``range`` over it) and
@@ -23,6 +24,7 @@ the batched body traces for every size of the others.
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
@@ -39,14 +41,14 @@ MAX_NODES = 64  # operators of F: a term beyond is no loop body worth rolling
 class _Term:
     """One term of a sum (or item of a concatenation) as a function F of the slices it reads:
     its structural ``key`` (equal for the copies of one F; None where the term reads no
-    slice), the position ``c`` of its selects, the slices ``(base, dim)`` and the shared
+    slice), the position ``c`` of its selects, the slices ``(base, dim, keep)`` and the shared
     nodes it reads, in the order first read, and F's operators in the graph's order. Raises
     ``NotABody`` where the term cannot be such an F (selects at two positions, a random or
     mutating operator)."""
 
     def __init__(self, root: fx.Node, dependent: set):
         self.root, self.c, self.dependent = root, None, dependent
-        self.slices: list[tuple[fx.Node, int]] = []
+        self.slices: list[tuple[fx.Node, int, bool]] = []
         self.shared: list[fx.Node] = []
         self.nodes: list[fx.Node] = []
         self._keys: dict[fx.Node, object] = {}
@@ -66,13 +68,13 @@ class _Term:
             raise NotABody
         key, at = None, _select(node)
         if at is not None:
-            base, dim, c = at
+            *leaf, c = at
             if self.c not in (None, c):
                 raise NotABody
             self.c = c
-            if (base, dim) not in self.slices:
-                self.slices.append((base, dim))
-            key = ("slice", self.slices.index((base, dim)))
+            if tuple(leaf) not in self.slices:
+                self.slices.append(tuple(leaf))
+            key = ("slice", self.slices.index(tuple(leaf)))
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             args = tuple(self._arg(a) for a in node.args)
             if _reads_a_slice(args):
@@ -154,7 +156,7 @@ def _bodies(terms: list, dependent: set) -> list[_Term | None]:
 def _count(body: _Term) -> int | None:
     """How many slices the tensors ``body`` reads have along their dims (None where they
     differ)."""
-    counts = [shape_of(base)[dim] for base, dim in body.slices]
+    counts = [shape_of(base)[dim] for base, dim, _ in body.slices]
     if not all(isinstance(n, int) for n in counts) or len(set(counts)) != 1:
         return None
     return counts[0]
@@ -227,20 +229,25 @@ def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: 
     for node in body.nodes:  # operands first
         def operand(a):
             at = _select(a)
-            if at is not None and (at[0], at[1]) in body.slices:
-                return slice_inputs[body.slices.index((at[0], at[1]))]
+            if at is not None and tuple(at[:3]) in body.slices:
+                return slice_inputs[body.slices.index(tuple(at[:3]))]
             return env[a]
         env[node] = f_graph.node_copy(node, operand)
     f_graph.output(env[body.root])
     f = fx.GraphModule(torch.nn.Module(), f_graph)
     k, shared_count = len(body.slices), len(body.shared)
-    dims = tuple(dim for _, dim in body.slices)
+    dims = tuple(dim for _, dim, _ in body.slices)
+
+    def copy(*pieces, shared):  # one copy of F: a kept dim's slice has that dim, of size 1
+        return f(*(p.unsqueeze(d) if keep else p
+                   for p, (_, d, keep) in zip(pieces, body.slices)), *shared)
 
     def program(*xs):
         slices, shared, rest = xs[:k], xs[k:k + shared_count], xs[k + shared_count:]
-        return finish(torch.func.vmap(lambda *s: f(*s, *shared), in_dims=dims)(*slices), *rest)
+        batched = torch.func.vmap(functools.partial(copy, shared=shared), in_dims=dims)
+        return finish(batched(*slices), *rest)
 
-    inputs = [base for base, _ in body.slices] + body.shared + extra
+    inputs = [base for base, _, _ in body.slices] + body.shared + extra
     metas, like = [n.meta["val"] for n in inputs], root.meta["val"]
     # traced on sample tensors (vmap makes real tensors of a body's scalars), or on symbolic
     # sizes with its layout decided on one run at the sizes' hints
@@ -262,25 +269,40 @@ def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: 
     rewrite.splice(gm, root, inputs, traced)
 
 
-def _select(node) -> tuple[fx.Node, int, int] | None:
-    """``(base, dim, position)`` of ``aten.select(base, dim, position)`` or of an item of
-    ``aten.unbind(base, dim)``, dim and position counted from the start."""
+def _select(node) -> tuple[fx.Node, int, bool, int] | None:
+    """``(base, dim, keep, position)`` where ``node`` is one position of ``base`` along
+    ``dim``: ``aten.select`` or an ``unbind`` item (the dim dropped), or a piece of a ``split``
+    into size 1 (the dim kept); dim and position counted from the start."""
     if not (isinstance(node, fx.Node) and node.op == "call_function"):
         return None
-    if node.target == aten.select.int and isinstance(node.args[2], int):
+    keep = node.target == operator.getitem
+    if node.target == aten.select.int:
         base, dim, c = node.args
     elif node.target == operator.getitem and isinstance(node.args[0], fx.Node) and \
-            node.args[0].target == aten.unbind.int:
-        unbind, c = node.args
-        base = unbind.args[0]
-        dim = unbind.args[1] if len(unbind.args) > 1 else unbind.kwargs.get("dim", 0)
+            node.args[0].target in (aten.unbind.int, aten.split.Tensor,
+                                    aten.split_with_sizes.default):
+        whole, c = node.args
+        base, *rest = whole.args
+        if whole.target == aten.unbind.int:
+            keep, dim = False, rest[0] if rest else whole.kwargs.get("dim", 0)
+        elif rest and _all_ones(rest[0]):  # pieces of size 1
+            dim = rest[1] if len(rest) > 1 else whole.kwargs.get("dim", 0)
+        else:
+            return None
     else:
+        return None
+    if not isinstance(c, int):
         return None
     shape = shape_of(base)
     dim = dim + len(shape) if dim < 0 else dim
     if c < 0 and not isinstance(shape[dim], int):
         return None
-    return base, dim, c + shape[dim] if c < 0 else c
+    return base, dim, keep, c + shape[dim] if c < 0 else c
+
+
+def _all_ones(sizes) -> bool:
+    sizes = sizes if isinstance(sizes, (list, tuple)) else [sizes]
+    return all(isinstance(n, int) and n == 1 for n in sizes)
 
 
 def _plain(value):

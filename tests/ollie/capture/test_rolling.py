@@ -152,3 +152,16 @@ def test_rows_taken_by_unbind_and_a_body_with_its_own_constants_roll_up():
         new, applied = rolling.roll(gm, fakes, graph_rules.ON)
         assert applied == [line], fn.__name__
         torch.testing.assert_close(new(*args), gm(*args))
+
+
+def test_heads_taken_by_split_into_size_one_pieces_roll_up_keeping_their_dim():
+    def heads_split(q, k, v):  # each piece keeps the heads dim, of size 1
+        return torch.cat([torch.softmax(a @ b.transpose(-1, -2), -1) @ c
+                          for a, b, c in zip(q.split(1, 1), k.split(1, 1), v.split(1, 1))], 1)
+    args = [torch.randn(2, 3, 5, 4) for _ in range(3)]
+    gm, fakes = graph_of(heads_split, *args)
+    new, applied = rolling.roll(gm, fakes, graph_rules.ON)
+    assert applied == ["rolled_cat: 3 copies of one computation on the slices of 3 tensor(s), "
+                       "concatenated"]
+    assert count(new, aten._softmax.default) + count(new, aten.amax.default) == 1, new.code
+    torch.testing.assert_close(new(*args), gm(*args))
