@@ -117,6 +117,8 @@ def roll(gm: fx.GraphModule, example_inputs, on: set
     """A copy of ``gm`` with each sum (``rolled_sum``) and each concatenation or stack
     (``rolled_cat``) of the copies of one computation over the slices of some tensors
     rolled up, where ``on`` has the rule, and a line per roll; (None, []) when none is."""
+    if not _reading_a_select(gm.graph):  # no fixed position read: nothing to roll, no copy
+        return None, []
     new, _ = rewrite.copy_graph(gm)
     dependent = _reading_a_select(new.graph)
     applied = []

@@ -21,7 +21,7 @@ def rolled(gm, example_inputs, report) -> fx.GraphModule | None:
     every output on sample inputs; None where nothing is rolled."""
     try:
         new, applied = rolling.roll(gm, example_inputs, graph_rules.ON)
-    except Exception as e:  # a loop body this graph's operators do not batch
+    except Exception as e:  # rolling failed on this graph: the graph as it is
         report.left.append(("rolling", "", f"not applied: {first_line(e)}"))
         return None
     if new is None:
