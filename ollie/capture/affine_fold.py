@@ -61,11 +61,21 @@ def _step(n: fx.Node) -> tuple[fx.Node, object] | None:
         if not _per_channel(factor, y.meta["val"]):
             continue
         if isinstance(factor, fx.Node):
-            if factor is y or _depends_on(factor, y):
+            if factor is y or _depends_on(factor, y) or _product(factor):
                 continue
             _hoist(y.graph, factor, y)
         return y, factor
     return None
+
+
+def _product(factor: fx.Node) -> bool:
+    """Whether ``factor`` is (a view of) a contraction's result: a row of products at batch
+    1 looks like a shift per channel, but it is another term of a sum of products, which
+    the merges and generated rules join (``x @ W1 + h @ W2``) and a fold would hide."""
+    from ollie.capture import aten as aten_table
+    while factor.op == "call_function" and aten_table.is_view(factor.target):
+        factor = factor.args[0]
+    return factor.op == "call_function" and factor.target in CONTRACTIONS
 
 
 def _per_channel(factor, out: torch.Tensor) -> bool:

@@ -30,8 +30,8 @@ from typing import Callable
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import compilers, eager_or_compiled, folding, frozen, graph_pass, \
-    rewrite, second_compile, size_branches, size_range, substitution
+from ollie.capture import compilers, eager_or_compiled, folding, frozen, generated_rules, \
+    graph_pass, rewrite, second_compile, size_branches, size_range, substitution
 from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, \
     real_computation, take_output_strides
 from ollie.capture.report import graph_line
@@ -250,9 +250,11 @@ class OllieBackend:
         self.inner_calls += 1
         title = f"{_kind(kwargs)} graph {number}"
         decompositions = kwargs.get("get_decomp_fn", compilers.decompositions)()
+        weights = list(kwargs.get("static_input_idxs") or [])
+        if kwargs.get("is_inference"):  # what reads only weights is folded (``folding``)
+            generated_rules.mark_weights(gm, weights)
         new, report = self._rewrite(gm, example_inputs, title, decompositions,
                                     guard_sizes=_kind(kwargs) == "inference")
-        weights = list(kwargs.get("static_input_idxs") or [])
         # folding that saves contraction work: a gain no region measured (asked before
         # Inductor's compile, whose passes change ``gm`` in place)
         folds_work = bool(weights) and kwargs.get("is_inference") and \

@@ -38,7 +38,8 @@ class Rule:
     name: str
     math: str
     kind: str            # "merge" (several contractions become one), "fold" (an affine map
-                         # into a contraction's operands, ``affine_fold``) or "simplify"
+                         # into a contraction's operands, ``affine_fold``), "generated"
+                         # (``generated_rules``) or "simplify"
     default: bool = True
 
 
@@ -62,6 +63,10 @@ RULES = [
     Rule("affine_into_conv", "conv(x,W,b)·s + t = conv(x, W·s, b·s + t)  (s, t per output "
          "channel)", "fold"),
     Rule("affine_into_matmul", "(A@B)·s + t = addmm(t, A, B·s)  (s, t per column)", "fold"),
+    Rule("generated", "each rule of derivations/rules/graph_generated.py (found and proven by "
+         "``ollie rules synthesize --graph``), in the direction that costs less: x@W1 + h@W2 = "
+         "cat(x, h; 1) @ cat(W1, W2; 0) where W1, W2 are weights  (``generated_rules``)",
+         "generated"),
     Rule("tiling_cat", "cat(x[pieces that tile x along d]; d) = x", "simplify"),
     Rule("tiling_sum", "x[0] + x[1] + … + x[n-1] (the selects along d) = x.sum(d)", "simplify"),
     Rule("transposed_cat", "cat(A1ᵀ, A2ᵀ; 1) = cat(A1, A2; 0)ᵀ", "simplify"),
@@ -89,15 +94,25 @@ class Merge:
 def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | None, list[str]]:
     """A copy of ``gm`` with the graph substitutions applied, and a line per substitution
     (None and [] when none applies)."""
-    from ollie.capture import affine_fold, rewrite
+    from ollie.capture import affine_fold, generated_rules, rewrite
     symbolic = _symbolic(gm)
     new, _ = rewrite.copy_graph(gm)
     applied, unfinished = [], 0  # views merged since the last finish
     for _ in range(MAX_ROUNDS):
         unfinished += _merge_duplicate_views(new.graph)
-        done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)
-        if not symbolic:  # (tilings compare the sizes of pieces)
-            done += tilings.simplify_cats(new.graph, ON) + tilings.simplify_sums(new.graph, ON)
+        # generated rules that save multiply-adds come first (``x@W1 + x@W2 = x@(W1 + W2)``
+        # halves the work that merging the two products would keep); those that save only
+        # kernels come after the merges of many contractions (an unrolled RNN's input side
+        # merges over time, not step by step with its state side). Costs need static sizes.
+        generated = not symbolic and "generated" in ON
+        done = generated_rules.apply(new.graph, fewer_products=True) if generated else []
+        if not done:
+            done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)
+            if not symbolic:  # (tilings compare the sizes of pieces)
+                done += tilings.simplify_cats(new.graph, ON) + \
+                    tilings.simplify_sums(new.graph, ON)
+        if not done and generated:
+            done = generated_rules.apply(new.graph)
         if not done:
             break
         applied += done

@@ -335,11 +335,43 @@ class TimeMajorRNN(nn.Module):
         return h
 
 
-def _model(build, *shape):
+class LSTMCellLinears(nn.Module):
+    """An LSTM cell as written by hand: one Linear of the input, one of the state."""
+
+    def __init__(self, d_in=256, d=256):
+        super().__init__()
+        self.ih, self.hh = nn.Linear(d_in, 4 * d), nn.Linear(d, 4 * d)
+
+    def forward(self, x, h, c):
+        i, f, g, o = (self.ih(x) + self.hh(h)).chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class ElmanCellMatmuls(nn.Module):
+    """One step of an Elman RNN, spelled with matmuls of parameters."""
+
+    def __init__(self, d_in=256, d=512):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d_in, d) / d_in ** 0.5)
+        self.u = nn.Parameter(torch.randn(d, d) / d ** 0.5)
+        self.b = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x, h):
+        return torch.tanh(x @ self.w + h @ self.u + self.b)
+
+
+def _model(build, *shapes, stacked: bool = False):
+    """``shapes``: one input's shape, or a tuple of shapes for several inputs; ``stacked``:
+    the model's outputs (all of one shape) stacked into the one tensor the bench compares."""
+    shapes = shapes if isinstance(shapes[0], tuple) else (shapes,)
+
     def make(scale: float):
         torch.manual_seed(0)
         model = build().eval()
-        return (lambda x: model(x)), _inputs(shape)
+        if stacked:
+            return (lambda *x: torch.stack(model(*x))), _inputs(*shapes)
+        return (lambda *x: model(*x)), _inputs(*shapes)
     return make
 
 
@@ -359,6 +391,10 @@ CASES = [
          _model(QKVLinears, 1, 32, 256)),
     Case("gate_products", "an LSTM's four gate matmuls of one input, d=64, batch 4",
          _model(GateProducts, 4, 64)),
+    Case("lstm_cell_linears", "an LSTM cell's input and state Linears, d=256, batch 16",
+         _model(LSTMCellLinears, (16, 256), (16, 256), (16, 256), stacked=True)),
+    Case("elman_cell_matmuls", "x @ W + h @ U + b of one RNN step, 256→512, batch 32",
+         _model(ElmanCellMatmuls, (32, 256), (32, 512))),
     Case("inception_1x1", "four 1×1 convolutions of one input, 1×32×16×16",
          _model(Inception1x1, 1, 32, 16, 16)),
     Case("slices_one_weight", "one Linear on each of 16 slices (unbind), 16×8×64",

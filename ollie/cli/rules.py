@@ -3,6 +3,7 @@
     ollie rules synthesize --size 5                 regenerate derivations/rules/generated.py
     ollie rules synthesize --size 3 --out -         print what size 3 would give
     ollie rules synthesize --check                  is the checked-in file up to date?
+    ollie rules synthesize --graph                  regenerate derivations/rules/graph_generated.py
     ollie rules list                                the rules, their tags, which ones load
     ollie rules verify 'log(a * b) = log(a) + log(b)'   verify one rule (finds side conditions)
 
@@ -29,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "derivations/rules/generated.py; '-' for standard output)")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 if the "
                    "checked-in file differs from what would be written")
+    s.add_argument("--graph", action="store_true", help="rules over graph operators (mm, add, "
+                   "transpose, cat) instead: derivations/rules/graph_generated.py")
     sub.add_parser("list", help="the generated rules, their tags and which ones load")
     v = sub.add_parser("verify", help="verify one rule 'lhs = rhs' over the synthesis terms")
     v.add_argument("rule", help="e.g. 'exp(a + b) = exp(a) * exp(b)'")
@@ -37,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args, out=sys.stdout) -> int:
     from ollie.cli.derive import UsageError
 
+    if args.action == "synthesize" and args.graph:
+        return _synthesize_graph(args, out, UsageError)
     if args.action == "synthesize":
         return _synthesize(args, out, UsageError)
     if args.action == "list":
@@ -63,21 +68,44 @@ def _synthesize(args, out, UsageError) -> int:
     for name, rows in rederived(syn.kept).items():
         found = sum(ok for _, ok in rows)
         print(f"  hand-written {name}: {found}/{len(rows)} of its rules re-derived", file=sys.stderr)
+    return _write(text, GENERATED_PATH, args, out, f"--size {size}", len(syn.kept))
+
+
+def _synthesize_graph(args, out, UsageError) -> int:
+    from derivations.rules import graph_generated
+    from derivations.synthesis import graph
+
+    size = graph_generated.SIZE if args.size is None else args.size
+    if not 1 <= size <= 3 or args.ops is not None:
+        raise UsageError("--graph takes --size 1 to 3 (4 enumerates millions of terms) and "
+                         "no --ops")
+    syn = graph.synthesize(size, _progress)
+    print(f"\r{syn.summary()}", file=sys.stderr)
+    return _write(graph.render(syn), graph.GRAPH_PATH, args, out, f"--graph --size {size}",
+                  len(syn.kept))
+
+
+def _progress(i: int, n: int) -> None:
+    if i % 50 == 0:
+        print(f"\rverifying candidate {i}/{n}", end="", file=sys.stderr, flush=True)
+
+
+def _write(text: str, default_path, args, out, flags: str, kept: int) -> int:
+    """Check, print or write a generated rule file."""
     if args.check:
-        current = GENERATED_PATH.read_text()
-        if current == text:
-            print(f"{GENERATED_PATH} is up to date", file=out)
+        if default_path.read_text() == text:
+            print(f"{default_path} is up to date", file=out)
             return 0
-        print(f"{GENERATED_PATH} differs from what the generator writes: run "
-              f"'ollie rules synthesize --size {size}'", file=out)
+        print(f"{default_path} differs from what the generator writes: run "
+              f"'ollie rules synthesize {flags}'", file=out)
         return 1
     if args.out == "-":
         out.write(text)
         return 0
-    path = GENERATED_PATH if args.out is None else args.out
+    path = default_path if args.out is None else args.out
     with open(path, "w") as f:
         f.write(text)
-    print(f"wrote {len(syn.kept)} rules to {path}", file=out)
+    print(f"wrote {kept} rules to {path}", file=out)
     return 0
 
 

@@ -1,0 +1,415 @@
+"""TASO's generator over graph operators: identities between small graphs of matrix operators.
+
+The operators are TASO's linear ones on matrices: ``mm``, ``add``, ``T`` (transpose) and
+``cat0``/``cat1`` (concatenation along rows/columns; a graph with two outputs is the pieces of
+a concatenation, so ``cat1(mm(X, W), mm(X, U)) = mm(X, cat1(W, U))`` reads "the two products
+are the two pieces of one product"). Operands are matrices with symbolic sizes::
+
+    X, Z: (m, k)    Y: (m, p)    W, U: (k, n)    V: (p, n)
+
+The stages are the point-free generator's (``derivations.synthesis``), for graphs:
+
+    enumerate     every well-shaped term up to ``size`` operators, sums up to commutativity
+    fingerprint   exact int64 values at sizes m, k, n, p = 2, 3, 5, 7 (distinct, so a term's
+                  shape tells its sizes apart); one class per (shape, values)
+    verify        each candidate ``member = representative`` in ``ir`` (``ir.ops.mm``,
+                  ``cat``: the meaning the capture gives ATen's operators), exactly by sympy,
+                  at every size of ``proof_sizes`` (why they prove every size: there)
+    prune         a rule whose sides the smaller kept rules rewrite to one term is dropped
+
+``ollie rules synthesize --graph`` writes the kept rules to ``derivations/rules/graph_generated.py``;
+``ollie.capture.generated_rules`` matches them in ATen graphs.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ir import ops
+from ir.nodes import Tensor
+
+from derivations.synthesis.verify import compare_exact
+
+__all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
+           "proof_sizes", "consistent", "proven", "typing", "GraphSynthesis", "render",
+           "parse_rule", "loaded_rules", "GRAPH_PATH"]
+
+VARS = {"X": ("m", "k"), "Z": ("m", "k"), "Y": ("m", "p"), "W": ("k", "n"), "U": ("k", "n"),
+        "V": ("p", "n")}
+FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7}
+BINARY = ("mm", "add", "cat0", "cat1")
+MAX_GRID = 400   # size assignments a proof may take; a rule needing more is not kept
+
+
+@dataclass(frozen=True)
+class GraphRule:
+    lhs: tuple
+    rhs: tuple
+    sizes: tuple = ()   # (operand, (symbol, symbol)) pairs it is proven for; VARS if empty
+
+    @property
+    def dims(self) -> dict[str, tuple[str, str]]:
+        return dict(self.sizes) or {v: VARS[v] for v in variables(self.lhs) | variables(
+            self.rhs)}
+
+    def __str__(self) -> str:
+        return f"{to_text(self.lhs)} = {to_text(self.rhs)}"
+
+
+# -- terms ---------------------------------------------------------------------------------------
+def shape(t: tuple, typing: dict | None = None, unify=None) -> tuple | None:
+    """The term's shape as two sizes, each the tuple of symbols it adds up, in order
+    (``cat0(X, Z)`` has ``(("m", "m"), ("k",))``); None if ill-shaped. ``typing`` gives the
+    operands' symbols (``VARS`` by default); ``unify(a, b)``, where given, is told the sizes
+    that must agree and answers whether they can."""
+    same = unify or (lambda a, b: a == b)
+    op = t[0]
+    if op == "var":
+        return tuple((s,) for s in (typing or VARS)[t[1]])
+    parts = [shape(c, typing, unify) for c in t[1:]]
+    if any(p is None for p in parts):
+        return None
+    if op == "T":
+        return parts[0][1], parts[0][0]
+    a, b = parts
+    if op == "mm":
+        return (a[0], b[1]) if same(a[1], b[0]) else None
+    if op == "add":
+        return a if same(a[0], b[0]) and same(a[1], b[1]) else None
+    d = int(op[-1])  # cat0 / cat1
+    if not same(a[1 - d], b[1 - d]):
+        return None
+    return (a[0] + b[0], a[1]) if d == 0 else (a[0], a[1] + b[1])
+
+
+def typing(rule: "GraphRule") -> dict[str, tuple[str, str]]:
+    """The most general sizes of the rule's operands: each gets its own symbols, made equal
+    only where an operator needs them equal on either side (piece by piece along a
+    concatenation), so that a rule found with ``W, U: (k, n)`` applies to ``W, U`` of any
+    two row counts where it does not need them equal."""
+    names = sorted(variables(rule.lhs) | variables(rule.rhs))
+    fresh = {v: (f"{v}0", f"{v}1") for v in names}
+    parent: dict[str, str] = {}
+
+    def find(x):
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    def unify(a, b):
+        if len(a) != len(b):
+            return False
+        for x, y in zip(a, b):
+            parent[find(x)] = find(y)
+        return True
+
+    left, right = shape(rule.lhs, fresh, unify), shape(rule.rhs, fresh, unify)
+    if left is None or right is None or not (unify(left[0], right[0]) and
+                                             unify(left[1], right[1])):
+        return {v: VARS[v] for v in names}
+    roots: dict[str, str] = {}
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    return {v: tuple(roots.setdefault(find(x), next(letters)) for x in fresh[v])
+            for v in names}
+
+
+def size(t: tuple) -> int:
+    return 0 if t[0] == "var" else 1 + sum(size(c) for c in t[1:])
+
+
+def variables(t: tuple) -> set[str]:
+    return {t[1]} if t[0] == "var" else set().union(*(variables(c) for c in t[1:]))
+
+
+def to_text(t: tuple) -> str:
+    return t[1] if t[0] == "var" else f"{t[0]}({', '.join(to_text(c) for c in t[1:])})"
+
+
+_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|[(),])")
+
+
+def parse(text: str) -> tuple:
+    """A term from its text (``mm(cat1(X, Y), cat0(W, V))``); ValueError names what is wrong."""
+    tokens = [m for m in _TOKEN.findall(text)]
+    if "".join(tokens) != re.sub(r"\s+", "", text):
+        raise ValueError(f"cannot read graph term {text!r}")
+    pos = 0
+
+    def term():
+        nonlocal pos
+        name = tokens[pos]
+        pos += 1
+        if name in VARS:
+            return ("var", name)
+        if name not in BINARY + ("T",) or pos >= len(tokens) or tokens[pos] != "(":
+            raise ValueError(f"{name!r} in {text!r} is neither an operand nor an operator")
+        pos += 1
+        args = [term()]
+        while tokens[pos] == ",":
+            pos += 1
+            args.append(term())
+        if tokens[pos] != ")" or len(args) != (1 if name == "T" else 2):
+            raise ValueError(f"{name} takes {1 if name == 'T' else 2} operands in {text!r}")
+        pos += 1
+        return (name, *args)
+
+    try:
+        t = term()
+    except IndexError:
+        raise ValueError(f"{text!r} ends early") from None
+    if pos != len(tokens) or shape(t) is None:
+        raise ValueError(f"{text!r} is not one well-shaped term")
+    return t
+
+
+def canonical(t: tuple) -> tuple:
+    """``t`` with its sums and concatenations nested to the right, a sum's operands in one
+    order: terms that differ only by the associativity of ``add`` and ``cat`` and the
+    commutativity of ``add`` are one term (its children already canonical)."""
+    if t[0] not in ("add", "cat0", "cat1"):
+        return t
+    operands = _chain(t, t[0])
+    if t[0] == "add":
+        operands.sort(key=to_text)
+    out = operands[-1]
+    for o in reversed(operands[:-1]):
+        out = (t[0], o, out)
+    return out
+
+
+def _chain(t: tuple, op: str) -> list[tuple]:
+    return [o for c in t[1:] for o in _chain(c, op)] if t[0] == op else [t]
+
+
+# -- enumerate and fingerprint -------------------------------------------------------------------
+def _enumerate(max_size: int) -> dict[tuple, np.ndarray]:
+    rng = np.random.default_rng(0)
+    value = {("var", v): rng.integers(-4, 5, size=tuple(FINGERPRINT_SIZES[s] for s in dims))
+             for v, dims in VARS.items()}
+    by_size = {0: list(value)}
+    for s in range(1, max_size + 1):
+        made = []
+        for a in by_size[s - 1]:
+            made.append(("T", a))
+        for sa in range(s):
+            for a in by_size[sa]:
+                for b in by_size[s - 1 - sa]:
+                    made.extend((op, a, b) for op in BINARY)
+        by_size[s] = []
+        for t in made:
+            t = canonical(t)
+            if t in value or shape(t) is None:
+                continue
+            value[t] = _evaluate(t, value)
+            by_size[s].append(t)
+    return value
+
+
+def _evaluate(t: tuple, value: dict) -> np.ndarray:
+    args = [value[c] for c in t[1:]]
+    if t[0] == "T":
+        return args[0].T
+    if t[0] == "mm":
+        return args[0] @ args[1]
+    if t[0] == "add":
+        return args[0] + args[1]
+    return np.concatenate(args, axis=int(t[0][-1]))
+
+
+def _classes(value: dict) -> list[list[tuple]]:
+    classes: dict[tuple, list[tuple]] = {}
+    for t, v in value.items():
+        classes.setdefault((shape(t), v.tobytes()), []).append(t)
+    return [sorted(c, key=_order) for c in classes.values() if len(c) > 1]
+
+
+def _order(t: tuple):
+    return size(t), to_text(t)
+
+
+# -- verify --------------------------------------------------------------------------------------
+def proof_sizes(rule: GraphRule) -> list[dict[str, int]]:
+    """The size assignments that prove ``rule`` for every size.
+
+    Why: a permutation of one symbol's range, applied to every dim piece of that symbol (a
+    concatenation has one piece per operand), maps each side's values onto themselves permuted
+    (``mm`` sums a whole range, ``T``, ``add`` and ``cat`` move elements). Fix an output point:
+    each side is a sum over the tuples of its summation indices, and grouping the tuples of
+    one symbol by equality type (as ``derivations.synthesis.verify`` argues for one extent)
+    makes each side, for that symbol's size ``n >= a + d`` (``a`` the output indices, at most
+    2, ``d`` its sums in the larger side), a polynomial in ``n`` of degree ``<= d``. So per
+    symbol the sizes ``1 .. a + 2d`` decide every size, and their product over the symbols
+    decides every assignment."""
+    syms = sorted({s for dims in rule.dims.values() for s in dims})
+    sums = {s: max(_sums(rule.lhs, s, rule.dims), _sums(rule.rhs, s, rule.dims)) for s in syms}
+    ranges = [range(1, 2 + 2 * sums[s] + 1) for s in syms]
+    return [dict(zip(syms, sizes)) for sizes in itertools.product(*ranges)]
+
+
+def _sums(t: tuple, symbol: str, dims: dict) -> int:
+    """Summation indices over ``symbol``: one per piece of a product's inner size."""
+    own = shape(t[1], dims)[1].count(symbol) if t[0] == "mm" else 0
+    return own + sum(_sums(c, symbol, dims) for c in t[1:])
+
+
+def to_ir(t: tuple, sizes: dict[str, int], dims: dict = VARS):
+    """Term ``t`` as an ``ir`` scope with the operands' symbols (``dims``) at ``sizes``."""
+    if t[0] == "var":
+        return Tensor(t[1], tuple(sizes[s] for s in dims[t[1]]))
+    args = [to_ir(c, sizes, dims) for c in t[1:]]
+    if t[0] == "T":
+        return ops.transpose(args[0], 0, 1)
+    if t[0] == "mm":
+        return ops.mm(*args)
+    if t[0] == "add":
+        return ops.add(*args)
+    return ops.cat(args, int(t[0][-1]))
+
+
+def proven(rule: GraphRule) -> tuple[GraphRule | None, str]:
+    """The rule with the most general operand sizes it holds for (``typing``, else the
+    enumeration's), or None and why it does not hold."""
+    general = GraphRule(rule.lhs, rule.rhs, tuple(sorted(typing(rule).items())))
+    why = verify(general)
+    if not why:
+        return general, ""
+    plain = GraphRule(rule.lhs, rule.rhs)
+    return (None, why) if verify(plain) else (plain, "")
+
+
+def verify(rule: GraphRule) -> str:
+    """"" when ``rule`` holds for every size of its symbols and every input, else why not."""
+    grid = proof_sizes(rule)
+    if len(grid) > MAX_GRID:
+        return f"its proof takes {len(grid)} size assignments (at most {MAX_GRID})"
+    for sizes in grid:
+        lhs, rhs = to_ir(rule.lhs, sizes, rule.dims), to_ir(rule.rhs, sizes, rule.dims)
+        if isinstance(lhs, Tensor) or isinstance(rhs, Tensor):
+            lhs, rhs = ops.add(lhs, 0.0), ops.add(rhs, 0.0)
+        verdict = compare_exact(lhs, rhs)
+        if not verdict:
+            return f"at {sizes}: {verdict.reason}"
+    return ""
+
+
+# -- prune ---------------------------------------------------------------------------------------
+def _match(pattern: tuple, t: tuple, binding: dict) -> bool:
+    if pattern[0] == "var":
+        return binding.setdefault(pattern[1], t) == t
+    if pattern[0] != t[0] or len(pattern) != len(t):
+        return False
+    return all(_match(p, c, binding) for p, c in zip(pattern[1:], t[1:]))
+
+
+def consistent(rule: GraphRule, binding: dict, shape_of=None) -> bool:
+    """Whether the bound operands give each of the rule's size symbols one size (a rule is
+    proven for every size of its symbols, not for operands whose sizes part where its
+    symbols agree: ``X`` and ``Z`` have the same shape in every rule that reads both)."""
+    shape_of = shape_of or shape
+    sizes: dict = {}
+    return all(sizes.setdefault(s, d) == d for v, bound in binding.items()
+               for s, d in zip(rule.dims[v], shape_of(bound)))
+
+
+def _instance(t: tuple, binding: dict) -> tuple:
+    if t[0] == "var":
+        return binding[t[1]]
+    return canonical((t[0], *(_instance(c, binding) for c in t[1:])))
+
+
+def _normal(t: tuple, kept: list[GraphRule], depth: int = 0) -> tuple:
+    """``t`` rewritten by the kept rules, each toward its smaller side, bottom-up (the depth
+    bounds rules whose sides are equally large)."""
+    if t[0] != "var":
+        t = canonical((t[0], *(_normal(c, kept, depth) for c in t[1:])))
+    if depth < 20:
+        for r in kept:
+            binding: dict = {}
+            if _match(r.lhs, t, binding) and consistent(r, binding):
+                return _normal(_instance(r.rhs, binding), kept, depth + 1)
+    return t
+
+
+def _general_first(r: GraphRule):
+    """Smaller rules first, and of those the ones with more operands (Ruler's order: a rule
+    with ``X, Y, Z`` derives its instances with ``X, X, Y``)."""
+    return size(r.lhs) + size(r.rhs), -len(variables(r.lhs) | variables(r.rhs)), str(r)
+
+
+@dataclass
+class GraphSynthesis:
+    size: int
+    terms: int = 0
+    candidates: int = 0
+    failed: list[str] = field(default_factory=list)
+    kept: list[GraphRule] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (f"graph operators, size {self.size}: {self.terms} terms, {self.candidates} "
+                f"candidate rules, {len(self.failed)} not proven, {len(self.kept)} kept after "
+                f"pruning; {self.seconds:.1f}s")
+
+
+def synthesize(max_size: int = 3, progress=None) -> GraphSynthesis:
+    """Enumerate, fingerprint, verify and prune (the module doc); ``progress(i, n)`` is told
+    how many candidates were looked at."""
+    start = time.perf_counter()
+    value = _enumerate(max_size)
+    out = GraphSynthesis(max_size, terms=len(value))
+    candidates = sorted((GraphRule(m, c[0]) for c in _classes(value) for m in c[1:]),
+                        key=_general_first)
+    out.candidates = len(candidates)
+    for i, rule in enumerate(candidates):
+        if progress:
+            progress(i, len(candidates))
+        if _normal(rule.lhs, out.kept) == _normal(rule.rhs, out.kept):
+            continue
+        rule, why = proven(rule)
+        if rule is None:
+            out.failed.append(f"{candidates[i]}: {why}")
+        else:
+            out.kept.append(rule)
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+# -- the checked-in file -------------------------------------------------------------------------
+GRAPH_PATH = Path(__file__).resolve().parents[1] / "rules" / "graph_generated.py"
+
+
+def render(syn: GraphSynthesis) -> str:
+    """The text of ``derivations/rules/graph_generated.py`` for ``syn``'s kept rules."""
+    rows = "".join(f"    ({str(GraphRule(r.lhs, r.rhs))!r}, {_sizes_text(r)!r}),\n"
+                   for r in syn.kept)
+    return (f'"""Generated rules over graph operators. Written by ``ollie rules synthesize '
+            f'--graph``: do not edit,\nregenerate.\n\nFrom every term of up to {syn.size} '
+            f'operators over mm, add, T, cat0, cat1 (``derivations.synthesis.graph``):\n'
+            f'{syn.terms} terms, {syn.candidates} candidate rules, {len(syn.kept)} kept after '
+            f'verification and pruning.\n\nOne rule a row: ``lhs = rhs`` and the operand sizes '
+            f'it is proven for (every size of\nthose symbols). ``ollie.capture.generated_rules`'
+            f'` applies each in the direction that costs less.\n"""\nSIZE = {syn.size}\n\n'
+            f'RULES = (\n{rows})\n')
+
+
+def _sizes_text(r: GraphRule) -> str:
+    return ", ".join(f"{v}: {' '.join(d)}" for v, d in sorted(r.dims.items()))
+
+
+def parse_rule(text: str, sizes: str) -> GraphRule:
+    """A rule from its row of the checked-in file."""
+    lhs, rhs = (parse(side) for side in text.split("="))
+    dims = tuple(sorted((v.strip(), tuple(d.split())) for v, d in
+                        (item.split(":") for item in sizes.split(","))))
+    return GraphRule(lhs, rhs, dims)
+
+
+def loaded_rules() -> list[GraphRule]:
+    """The checked-in rules."""
+    from derivations.rules.graph_generated import RULES
+    return [parse_rule(text, sizes) for text, sizes in RULES]

@@ -1,0 +1,247 @@
+"""The generated graph rules (``derivations/rules/graph_generated.py``, row ``generated`` of
+``ollie.capture.graph_rules.RULES``) applied to ATen graphs.
+
+Each rule ``lhs = rhs`` was found and proven by ``derivations.synthesis.graph`` over ``mm``,
+``add``, ``T`` and ``cat``; here it is matched in either direction and applied where the other
+side costs less: fewer multiply-adds first, then fewer kernels, then fewer elements written.
+What reads only weights costs nothing (it is folded once, ``ollie.capture.folding``), and
+views cost nothing. So ``x @ W1 + h @ W2`` becomes ``cat(x, h; 1) @ cat(W1, W2; 0)`` in an
+inference graph whose W1, W2 are weights (two products and a sum become a concatenation and
+one product), and stays as it is in training, where the weights' concatenation would be paid
+on every call; ``x @ W1 + x @ W2`` becomes ``x @ (W1 + W2)`` in both.
+
+The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor``; a 2-d
+``permute``, ``t`` or ``transpose``; ``aten.cat`` of two matrices. A sum is matched up to the
+order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
+(so a linear layer's bias is one more term, added back). Operands must give each of the rule's
+size symbols one size (``derivations.synthesis.graph.consistent``), and a matched node other
+than the root must have no other user (a view may), so that no work is done twice. Sizes
+must be integers: with symbolic sizes the costs cannot be compared and nothing applies.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+
+import torch
+import torch.fx as fx
+
+from derivations.synthesis import graph as graph_synthesis
+
+aten = torch.ops.aten
+WEIGHT = "ollie_weight"  # placeholder meta key: the value is a weight held fixed (foldable)
+
+
+def mark_weights(gm: fx.GraphModule, indices) -> None:
+    """Mark the placeholders at ``indices`` (Inductor's static inputs of an inference graph)
+    as weights, which the rules' costs may treat as folded."""
+    wanted = set(indices)
+    for i, n in enumerate(gm.graph.find_nodes(op="placeholder")):
+        if i in wanted:
+            n.meta[WEIGHT] = True
+
+
+@lru_cache(maxsize=1)
+def _directions() -> list[tuple[tuple, tuple, graph_synthesis.GraphRule]]:
+    """(source pattern, target, rule) for both directions of every rule; a bare operand is
+    never a source (it would match every node)."""
+    out = []
+    for r in graph_synthesis.loaded_rules():
+        for source, target in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
+            if source[0] != "var" and graph_synthesis.variables(target) <= \
+                    graph_synthesis.variables(source):
+                out.append((source, target, r))
+    return out
+
+
+def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
+    """Apply each rule where it lowers the cost, once per node per round; a line each.
+    ``fewer_products``: only where it lowers the multiply-adds."""
+    constant = _constants(graph)
+    applied, used = [], set()
+    for n in list(graph.nodes):
+        if n in used or n.op != "call_function" or not _integer_sizes(n):
+            continue
+        for source, target, rule in _directions():
+            match = _match_root(source, n, rule)
+            if match is None:
+                continue
+            binding, inner, rest = match
+            after, before = _cost(target, binding, constant), _cost(source, binding, constant)
+            if inner & used or not after < before or fewer_products and after[0] >= before[0]:
+                continue
+            with graph.inserting_before(n):
+                new = _build(graph, target, binding)
+                for term in rest:
+                    new = graph.call_function(aten.add.Tensor, (new, _item_node(graph, term)))
+            n.replace_all_uses_with(new)
+            used |= inner | {n}
+            applied.append(f"generated: {graph_synthesis.to_text(source)} → "
+                           f"{graph_synthesis.to_text(target)}")
+            break
+    return applied
+
+
+# -- matching ------------------------------------------------------------------------------------
+def _children(n, op: str) -> list | None:
+    """The operands of ``n`` when it is the rules' operator ``op``."""
+    if isinstance(n, tuple):  # an addmm's product, read as a term of its sum
+        return list(n[1:]) if op == "mm" else None
+    if not isinstance(n, fx.Node) or n.op != "call_function" or n.kwargs and op != "T":
+        return None
+    if op == "mm" and n.target == aten.mm.default:
+        return list(n.args)
+    if op == "add" and n.target == aten.add.Tensor and all(isinstance(a, fx.Node)
+                                                          for a in n.args):
+        return list(n.args)
+    if op == "T" and _rank(n) == 2 and (
+            n.target == aten.t.default or
+            n.target == aten.permute.default and list(n.args[1]) == [1, 0] or
+            n.target == aten.transpose.int and sorted(d % 2 for d in n.args[1:]) == [0, 1]):
+        return [n.args[0]]
+    if op in ("cat0", "cat1") and n.target == aten.cat.default and _rank(n) == 2 and \
+            len(n.args[0]) == 2 and (n.args[1] if len(n.args) > 1 else 0) % 2 == int(op[-1]):
+        return list(n.args[0])
+    return None
+
+
+def _match(pattern: tuple, item, binding: dict, inner: set) -> bool:
+    if pattern[0] == "var":
+        if not isinstance(item, fx.Node) or _rank(item) != 2:
+            return False
+        return binding.setdefault(pattern[1], item) is item
+    children = _children(item, pattern[0])
+    if children is None:
+        return False
+    orders = [children, children[::-1]] if pattern[0] == "add" else [children]
+    for order in orders:
+        b, i = dict(binding), set(inner)
+        if all(_match(p, c, b, i) for p, c in zip(pattern[1:], order)):
+            binding.clear(), binding.update(b), inner.clear(), inner.update(i)
+            if isinstance(item, fx.Node):
+                inner.add(item)
+            return True
+    return False
+
+
+def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list] | None:
+    """(binding, matched nodes, the sum's other terms) where ``source`` matches at ``n``."""
+    if source[0] == "add":
+        wanted = _chain(source)
+        terms, sums = _summands(n, root=True)
+        if len(terms) < len(wanted):
+            return None
+        for chosen in itertools.permutations(range(len(terms)), len(wanted)):
+            binding, inner = {}, set(sums)
+            if all(_match(p, terms[i], binding, inner) for p, i in zip(wanted, chosen)):
+                rest = [t for i, t in enumerate(terms) if i not in chosen]
+                return _checked(binding, inner - {n}, rest, rule)
+        return None
+    binding, inner = {}, set()
+    if not _match(source, n, binding, inner):
+        return None
+    return _checked(binding, inner - {n}, [], rule)
+
+
+def _checked(binding, inner, rest, rule):
+    shape = lambda node: tuple(node.meta["val"].shape)
+    if not graph_synthesis.consistent(rule, binding, shape):
+        return None
+    if any(len(m.users) > 1 and not _is_view(m) for m in inner):
+        return None
+    return binding, inner, rest
+
+
+def _chain(t: tuple) -> list[tuple]:
+    return _chain(t[1]) + _chain(t[2]) if t[0] == "add" else [t]
+
+
+def _summands(n: fx.Node, root: bool = False) -> tuple[list, set]:
+    """The terms of the sum ``n`` (through adds and addmm that have no other user) and the
+    nodes that were sums."""
+    if not (root or len(n.users) == 1):
+        return [n], set()
+    if _children(n, "add") is not None:
+        terms, sums = [], {n}
+        for a in n.args:
+            t, s = _summands(a)
+            terms, sums = terms + t, sums | s
+        return terms, sums
+    if n.op == "call_function" and n.target == aten.addmm.default and not n.kwargs:
+        bias, a, b = n.args
+        return [("mm", a, b), bias], {n}
+    return [n], set()
+
+
+# -- building and costs --------------------------------------------------------------------------
+def _build(graph: fx.Graph, t: tuple, binding: dict) -> fx.Node:
+    if t[0] == "var":
+        return binding[t[1]]
+    args = [_build(graph, c, binding) for c in t[1:]]
+    if t[0] == "T":
+        return graph.call_function(aten.permute.default, (args[0], [1, 0]))
+    if t[0] == "mm":
+        return graph.call_function(aten.mm.default, tuple(args))
+    if t[0] == "add":
+        return graph.call_function(aten.add.Tensor, tuple(args))
+    return graph.call_function(aten.cat.default, (args, int(t[0][-1])))
+
+
+def _item_node(graph: fx.Graph, item) -> fx.Node:
+    return graph.call_function(aten.mm.default, item[1:]) if isinstance(item, tuple) else item
+
+
+def _cost(t: tuple, binding: dict, constant: set) -> tuple[int, int, int]:
+    """(multiply-adds, kernels, elements written) of ``t``'s work on every call."""
+    total = [0, 0, 0]
+
+    def walk(t) -> tuple[tuple[int, int], bool]:  # (shape, reads only weights)
+        if t[0] == "var":
+            node = binding[t[1]]
+            return tuple(node.meta["val"].shape), node in constant
+        parts = [walk(c) for c in t[1:]]
+        shapes = [s for s, _ in parts]
+        fixed = all(c for _, c in parts)
+        if t[0] == "T":
+            return shapes[0][::-1], fixed
+        if t[0] == "mm":
+            out = (shapes[0][0], shapes[1][1])
+        elif t[0] == "add":
+            out = shapes[0]
+        else:
+            d = int(t[0][-1])
+            out = tuple(a + b if i == d else a for i, (a, b) in enumerate(zip(*shapes)))
+        if not fixed:
+            total[0] += shapes[0][0] * shapes[0][1] * shapes[1][1] if t[0] == "mm" else 0
+            total[1] += 1
+            total[2] += math.prod(out)
+        return out, fixed
+
+    walk(t)
+    return tuple(total)
+
+
+def _constants(graph: fx.Graph) -> set[fx.Node]:
+    """Nodes computed from weights alone (``mark_weights``) and attributes."""
+    constant: set[fx.Node] = set()
+    for n in graph.nodes:
+        if n.op == "get_attr" or n.meta.get(WEIGHT) or n.op == "call_function" and \
+                n.all_input_nodes and all(a in constant for a in n.all_input_nodes) and \
+                torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ()):
+            constant.add(n)
+    return constant
+
+
+def _rank(n) -> int:
+    val = n.meta.get("val") if isinstance(n, fx.Node) else None
+    return val.dim() if isinstance(val, torch.Tensor) else -1
+
+
+def _integer_sizes(n: fx.Node) -> bool:
+    val = n.meta.get("val")
+    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
+
+
+def _is_view(n: fx.Node) -> bool:
+    return _children(n, "T") is not None

@@ -1,0 +1,95 @@
+"""The generator over graph operators (derivations.synthesis.graph) and its checked-in file."""
+import numpy as np
+import pytest
+
+from derivations.rules import graph_generated
+from derivations.synthesis import graph
+from ir.interpreter import evaluate
+
+
+def rule(text: str) -> graph.GraphRule:
+    lhs, rhs = (graph.parse(side) for side in text.split("="))
+    return graph.GraphRule(lhs, rhs)
+
+
+@pytest.fixture(scope="module")
+def synthesis():
+    return graph.synthesize(3)
+
+
+def test_terms_print_as_they_parse():
+    for text in ["mm(cat1(X, Y), cat0(U, V))", "T(add(U, W))", "X"]:
+        assert graph.to_text(graph.parse(text)) == text
+    for bad in ["mm(X)", "mm(X, Y)", "cat0(X, Y)", "foo(X, U)", "mm(X, U"]:
+        with pytest.raises(ValueError):
+            graph.parse(bad)
+
+
+def test_terms_mean_what_numpy_computes():
+    sizes = {"m": 2, "k": 3, "n": 4, "p": 5}
+    t = graph.parse("add(mm(X, U), T(mm(T(V), T(Y))))")
+    rng = np.random.default_rng(1)
+    values = {v: rng.standard_normal(tuple(sizes[s] for s in graph.VARS[v]))
+              for v in ("X", "U", "V", "Y")}
+    expected = values["X"] @ values["U"] + (values["V"].T @ values["Y"].T).T
+    got = evaluate(graph.to_ir(t, sizes), {k: v for k, v in values.items()})
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("text", [
+    "add(mm(X, U), mm(Y, V)) = mm(cat1(X, Y), cat0(U, V))",    # TASO's enlarge-and-concat
+    "cat1(mm(X, U), mm(X, W)) = mm(X, cat1(U, W))",           # shared left operand
+    "cat0(T(U), T(W)) = T(cat1(U, W))",
+])
+def test_true_rules_are_proven_at_their_most_general_sizes(text):
+    proven, why = graph.proven(rule(text))
+    assert proven is not None, why
+    dims = proven.dims
+    if text.startswith("cat1(mm"):  # W and U need not be as wide as each other
+        assert dims["U"][1] != dims["W"][1] and dims["U"][0] == dims["W"][0]
+
+
+@pytest.mark.parametrize("text", [
+    "add(mm(X, U), mm(Z, W)) = mm(cat1(X, Z), cat0(W, U))",   # pieces paired wrongly
+    "cat0(mm(X, U), mm(Z, U)) = mm(cat0(Z, X), U)",
+    "mm(X, add(U, W)) = add(mm(X, U), mm(X, U))",
+])
+def test_false_rules_are_not_proven(text):
+    proven, why = graph.proven(rule(text))
+    assert proven is None and why
+
+
+def test_a_rule_that_holds_only_at_some_sizes_is_caught_by_the_proof_sizes():
+    # a 1×1 matrix is its own transpose; a square matrix of any other size is not
+    r = graph.GraphRule(graph.parse("T(U)"), graph.parse("U"), (("U", ("a", "a")),))
+    assert {s["a"] for s in graph.proof_sizes(r)} >= {1, 2}
+    assert "a': 2" in graph.verify(r)
+
+
+def test_synthesis_finds_the_merges_written_by_hand(synthesis):
+    kept = {str(graph.GraphRule(r.lhs, r.rhs)) for r in synthesis.kept}
+    assert "cat1(mm(X, U), mm(X, W)) = mm(X, cat1(U, W))" in kept      # shared_lhs
+    assert "cat0(mm(X, U), mm(Z, U)) = mm(cat0(X, Z), U)" in kept      # shared_rhs
+    assert "cat0(T(U), T(W)) = T(cat1(U, W))" in kept                  # transposed_cat
+    assert "mm(cat1(X, Y), cat0(U, V)) = add(mm(X, U), mm(Y, V))" in kept
+    assert not synthesis.failed  # fingerprints on random integers propose no false rule
+
+
+def test_pruning_drops_rules_the_kept_ones_derive(synthesis):
+    kept = {str(graph.GraphRule(r.lhs, r.rhs)) for r in synthesis.kept}
+    assert synthesis.candidates > 5 * len(synthesis.kept)
+    # T(T(U)) = U derives the same with any operand inside
+    assert "T(T(X)) = X" not in kept and "T(T(U)) = U" in kept
+
+
+def test_the_checked_in_file_is_what_the_generator_writes(synthesis):
+    assert graph.GRAPH_PATH.read_text() == graph.render(synthesis), \
+        "regenerate: ollie rules synthesize --graph"
+    assert graph_generated.SIZE == synthesis.size
+
+
+def test_every_checked_in_rule_verifies_at_its_sizes():
+    loaded = graph.loaded_rules()
+    assert len(loaded) == len(graph_generated.RULES) > 20
+    for r in loaded:
+        assert graph.verify(r) == "", str(r)

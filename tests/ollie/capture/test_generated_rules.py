@@ -1,0 +1,89 @@
+"""Generated graph rules (``ollie.capture.generated_rules``) on ATen graphs and through the
+backend."""
+import torch
+import torch.nn.functional as F
+
+import ollie
+from graph_helpers import count, graph_of
+from ollie.capture import generated_rules, graph_rules
+from ollie.cli.bench_models import LSTMCellLinears
+
+aten = torch.ops.aten
+MERGE = "generated: add(mm(X, U), mm(Y, V)) → mm(cat1(X, Y), cat0(U, V))"
+
+
+def products(gm) -> int:
+    return count(gm, aten.mm.default) + count(gm, aten.addmm.default)
+
+
+def two_linears(x, h, w1, b1, w2, b2):
+    return torch.tanh(F.linear(x, w1, b1) + F.linear(h, w2, b2))
+
+
+def linear_args():
+    torch.manual_seed(0)
+    return (torch.randn(3, 8), torch.randn(3, 6), torch.randn(16, 8), torch.randn(16),
+            torch.randn(16, 6), torch.randn(16))
+
+
+def test_products_of_two_inputs_by_weights_become_one_product_of_concatenations():
+    args = linear_args()
+    gm, fakes = graph_of(two_linears, *args)
+    generated_rules.mark_weights(gm, [2, 3, 4, 5])
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied[0] == MERGE, applied
+    assert products(gm) == 2 and products(new) == 1
+    torch.testing.assert_close(new(*args), two_linears(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_without_weights_the_merge_would_cost_a_concatenation_of_them_every_call():
+    args = linear_args()
+    gm, fakes = graph_of(two_linears, *args)  # a training graph: nothing is marked
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert not any(a.startswith("generated") for a in applied), applied
+
+
+def test_products_of_one_input_by_two_matrices_share_one_product_of_their_sum():
+    def fn(x, w1, w2):  # fewer multiply-adds: applied with or without weights
+        return x @ w1 + x @ w2
+    args = (torch.randn(4, 8), torch.randn(8, 5), torch.randn(8, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))"], applied
+    assert products(new) == 1
+    torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_used_elsewhere_is_not_merged_away():
+    def fn(x, h, w1, w2):
+        a = x @ w1
+        return a + h @ w2, a.sum()
+    args = (torch.randn(3, 8), torch.randn(3, 6), torch.randn(8, 5), torch.randn(6, 5))
+    gm, fakes = graph_of(fn, *args)
+    generated_rules.mark_weights(gm, [2, 3])
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert not any(a.startswith("generated") for a in applied), applied
+
+
+def test_operands_whose_sizes_the_proof_does_not_cover_are_not_matched():
+    def fn(x, z, w):  # X and Z of the rule have one shape; a row broadcast is not that
+        return x @ w + z @ w
+    args = (torch.randn(1, 8), torch.randn(4, 8), torch.randn(8, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert not any(a.startswith("generated") for a in applied), applied
+
+
+def test_an_lstm_cell_merges_its_two_linears_through_the_backend_and_refolds_new_weights():
+    torch.manual_seed(0)
+    cell = LSTMCellLinears(d_in=16, d=8).eval()
+    x, h, c = torch.randn(2, 16), torch.randn(2, 8), torch.randn(2, 8)
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(cell, backend=backend)
+    with torch.no_grad():
+        for a, b in zip(compiled(x, h, c), cell(x, h, c)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        cell.hh.weight.mul_(2)  # the folded concatenation of the weights is stale now
+        for a, b in zip(compiled(x, h, c), cell(x, h, c)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert MERGE in [s for r in backend.reports for s in r.substitutions]
