@@ -361,6 +361,28 @@ class ElmanCellMatmuls(nn.Module):
         return torch.tanh(x @ self.w + h @ self.u + self.b)
 
 
+class ParallelLinears(nn.Module):
+    """Two linear branches of one input, summed (a multi-branch block, RepVGG-style)."""
+
+    def __init__(self, d=512):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.relu(self.a(x) + self.b(x))
+
+
+class ParallelMatmuls(nn.Module):
+    """Three branches of one input, spelled as matmuls of parameters."""
+
+    def __init__(self, d=256):
+        super().__init__()
+        self.w = nn.ParameterList(nn.Parameter(torch.randn(d, d) / d ** 0.5) for _ in range(3))
+
+    def forward(self, x):
+        return x @ self.w[0] + x @ self.w[1] + x @ self.w[2]
+
+
 def _model(build, *shapes, stacked: bool = False):
     """``shapes``: one input's shape, or a tuple of shapes for several inputs; ``stacked``:
     the model's outputs (all of one shape) stacked into the one tensor the bench compares."""
@@ -395,6 +417,10 @@ CASES = [
          _model(LSTMCellLinears, (16, 256), (16, 256), (16, 256), stacked=True)),
     Case("elman_cell_matmuls", "x @ W + h @ U + b of one RNN step, 256→512, batch 32",
          _model(ElmanCellMatmuls, (32, 256), (32, 512))),
+    Case("parallel_linears", "relu(Linear_a(x) + Linear_b(x)), d=512, batch 64",
+         _model(ParallelLinears, 64, 512)),
+    Case("parallel_matmuls", "x @ W1 + x @ W2 + x @ W3 (parameters), d=256, batch 128",
+         _model(ParallelMatmuls, 128, 256)),
     Case("inception_1x1", "four 1×1 convolutions of one input, 1×32×16×16",
          _model(Inception1x1, 1, 32, 16, 16)),
     Case("slices_one_weight", "one Linear on each of 16 slices (unbind), 16×8×64",

@@ -87,3 +87,14 @@ def test_an_lstm_cell_merges_its_two_linears_through_the_backend_and_refolds_new
         for a, b in zip(compiled(x, h, c), cell(x, h, c)):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert MERGE in [s for r in backend.reports for s in r.substitutions]
+
+
+def test_three_branches_of_one_input_become_one_product_two_at_a_time():
+    def fn(x, w1, w2, w3):
+        return x @ w1 + x @ w2 + x @ w3
+    args = (torch.randn(4, 8), torch.randn(8, 5), torch.randn(8, 5), torch.randn(8, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))"] * 2, applied
+    assert products(new) == 1
+    torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
