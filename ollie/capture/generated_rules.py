@@ -15,8 +15,13 @@ The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor``
 order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
 (so a linear layer's bias is one more term, added back). Operands must give each of the rule's
 size symbols one size (``derivations.synthesis.graph.consistent``), and a matched node other
-than the root must have no other user (a view may), so that no work is done twice. Sizes
-must be integers: with symbolic sizes the costs cannot be compared and nothing applies.
+than the root must have no other user (a view may), so that no work is done twice.
+
+With symbolic sizes (Dynamo's SymInts) a rule applies where it costs less at *every* size:
+each cost is then a polynomial in the size symbols, and the difference must have no negative
+coefficient (``x@W1 + x@W2``: ``2mkn - mkn``); a reassociation whose better side depends on
+the sizes is left alone. Sizes are compared as expressions, never as SymInts, so matching
+adds no guard.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import itertools
 import math
 from functools import lru_cache
 
+import sympy
 import torch
 import torch.fx as fx
 
@@ -61,7 +67,7 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
     constant = _constants(graph)
     applied, used = [], set()
     for n in list(graph.nodes):
-        if n in used or n.op != "call_function" or not _integer_sizes(n):
+        if n in used or n.op != "call_function" or _rank(n) < 0:
             continue
         for source, target, rule in _directions():
             match = _match_root(source, n, rule)
@@ -69,7 +75,7 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
                 continue
             binding, inner, rest = match
             after, before = _cost(target, binding, constant), _cost(source, binding, constant)
-            if inner & used or not after < before or fewer_products and after[0] >= before[0]:
+            if inner & used or not _cheaper(after, before, products_only=fewer_products):
                 continue
             with graph.inserting_before(n):
                 new = _build(graph, target, binding)
@@ -145,8 +151,7 @@ def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list] | Non
 
 
 def _checked(binding, inner, rest, rule):
-    shape = lambda node: tuple(node.meta["val"].shape)
-    if not graph_synthesis.consistent(rule, binding, shape):
+    if not graph_synthesis.consistent(rule, binding, _shape):
         return None
     if any(len(m.users) > 1 and not _is_view(m) for m in inner):
         return None
@@ -192,14 +197,38 @@ def _item_node(graph: fx.Graph, item) -> fx.Node:
     return graph.call_function(aten.mm.default, item[1:]) if isinstance(item, tuple) else item
 
 
-def _cost(t: tuple, binding: dict, constant: set) -> tuple[int, int, int]:
-    """(multiply-adds, kernels, elements written) of ``t``'s work on every call."""
+def _shape(node: fx.Node) -> tuple:
+    """The node's sizes: integers, or the expressions of symbolic sizes (compared as such,
+    a SymInt comparison would add a guard)."""
+    return tuple(d if isinstance(d, int) else d.node.expr for d in node.meta["val"].shape)
+
+
+def _cheaper(after: tuple, before: tuple, products_only: bool) -> bool:
+    """Whether cost ``after`` is below ``before`` at every size: the first component that
+    differs decides, and it must differ the same way at every size (``products_only``: the
+    multiply-adds must be that component)."""
+    for i, (a, b) in enumerate(zip(after, before)):
+        gap = sympy.expand(b - a)
+        if gap == 0:
+            continue
+        if products_only and i:
+            return False
+        if not gap.is_number:  # a polynomial in the sizes: no negative coefficient
+            terms = sympy.Poly(gap, *sorted(gap.free_symbols, key=str)).coeffs()
+            return all(c >= 0 for c in terms)
+        return gap > 0
+    return False
+
+
+def _cost(t: tuple, binding: dict, constant: set) -> tuple:
+    """(multiply-adds, kernels, elements written) of ``t``'s work on every call: numbers, or
+    polynomials in the size symbols."""
     total = [0, 0, 0]
 
     def walk(t) -> tuple[tuple[int, int], bool]:  # (shape, reads only weights)
         if t[0] == "var":
             node = binding[t[1]]
-            return tuple(node.meta["val"].shape), node in constant
+            return _shape(node), node in constant
         parts = [walk(c) for c in t[1:]]
         shapes = [s for s, _ in parts]
         fixed = all(c for _, c in parts)
@@ -236,11 +265,6 @@ def _constants(graph: fx.Graph) -> set[fx.Node]:
 def _rank(n) -> int:
     val = n.meta.get("val") if isinstance(n, fx.Node) else None
     return val.dim() if isinstance(val, torch.Tensor) else -1
-
-
-def _integer_sizes(n: fx.Node) -> bool:
-    val = n.meta.get("val")
-    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
 
 
 def _is_view(n: fx.Node) -> bool:

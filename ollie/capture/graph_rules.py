@@ -4,7 +4,8 @@ The single-expression derivations see one value at a time; these rules see the w
 Each rule is a row: its name, its math on one line, its kind and whether it is on by default.
 A *merge* rule groups contractions that agree on all but some operands, concatenates those,
 runs one contraction and splits the result; a *simplifying* rule removes what merges leave
-(a concatenation of the pieces of one tensor is that tensor).
+(a concatenation of the pieces of one tensor is that tensor); the *generated* rules are the
+generator's (``derivations/rules/graph_generated.py``, applied by ``generated_rules``).
 
 ``substitute`` applies the rules to a copy of the graph until nothing changes, after the
 regions' programs are spliced in (``ollie.capture.graph_pass`` says why, and keeps the
@@ -14,8 +15,9 @@ for all values (the numerics contract); what the substitutions do is still check
 inputs (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
 With symbolic sizes (Dynamo's SymInts), merges and folds apply where the sizes they
 concatenate, split or scale by are fixed (three projections of a batch of any length, a
-batch norm after a convolution of images of any size); tilings compare the sizes of pieces,
-which would specialise the graph, and stay with static sizes.
+batch norm after a convolution of images of any size); generated rules where they cost less
+at every size; tilings compare the sizes of pieces, which would specialise the graph, and
+stay with static sizes.
 """
 from __future__ import annotations
 
@@ -103,8 +105,8 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
         # generated rules that save multiply-adds come first (``x@W1 + x@W2 = x@(W1 + W2)``
         # halves the work that merging the two products would keep); those that save only
         # kernels come after the merges of many contractions (an unrolled RNN's input side
-        # merges over time, not step by step with its state side). Costs need static sizes.
-        generated = not symbolic and "generated" in ON
+        # merges over time, not step by step with its state side)
+        generated = "generated" in ON
         done = generated_rules.apply(new.graph, fewer_products=True) if generated else []
         if not done:
             done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)

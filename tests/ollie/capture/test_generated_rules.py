@@ -98,3 +98,46 @@ def test_three_branches_of_one_input_become_one_product_two_at_a_time():
     assert applied == ["generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))"] * 2, applied
     assert products(new) == 1
     torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def symbolic_graph_of(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = make_fx(fn, tracing_mode="symbolic")(*args)
+    return gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+
+
+def test_with_symbolic_sizes_a_rule_applies_where_it_costs_less_at_every_size():
+    def branches(x, w1, w2):  # 2mkn multiply-adds against mkn, whatever m, k, n are
+        return x @ w1 + x @ w2
+    args = (torch.randn(4, 8), torch.randn(8, 5), torch.randn(8, 5))
+    gm, fakes = symbolic_graph_of(branches, *args)
+    assert not all(isinstance(d, int) for d in fakes[0].shape)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))"], applied
+    torch.testing.assert_close(new(*args), branches(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_a_reassociation_applies_at_fixed_sizes_and_not_where_its_choice_depends_on_them():
+    def chain(x, u, v):  # x@(u@vᵀ) is cheaper here; with other sizes (x@u)@vᵀ is
+        return (x @ u) @ v.t()
+    args = (torch.randn(64, 8), torch.randn(8, 64), torch.randn(2, 64))
+    gm, fakes = graph_of(chain, *args)
+    _, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: mm(mm(X, U), T(V)) → mm(X, mm(U, T(V)))"], applied
+    gm, fakes = symbolic_graph_of(chain, *args)
+    assert graph_rules.substitute(gm, fakes) == (None, [])
+
+
+def test_parallel_branches_share_one_product_at_every_batch_size_through_the_backend():
+    from ollie.cli.bench_models import ParallelLinears
+    torch.manual_seed(0)
+    model = ParallelLinears(d=32).eval()
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch in (8, 16, 5):
+            x = torch.randn(batch, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert len(backend.reports) == 1  # one graph serves every batch size
+    assert "generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))" in \
+        backend.reports[0].substitutions
