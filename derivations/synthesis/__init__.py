@@ -12,7 +12,9 @@
 
 ``ollie rules synthesize`` runs it; ``derivations.rules.synthesized`` loads the result as an
 egglog ruleset. The same verifier checks every hand-written rule (test_rule_soundness).
-See docs/rules.md.
+``graph.py`` is the same generator over graph operators (``mm``, ``add``, transpose, ``cat``):
+``ollie rules synthesize --graph`` writes ``derivations/rules/graph_generated.py``, which
+``ollie.capture.generated_rules`` applies to whole ATen graphs. See docs/rules.md.
 """
 from derivations.synthesis.lang import Rule, parse, parse_rule, rule_text, to_ir  # noqa: F401
 from derivations.synthesis.verify import compare_exact, verify_rule  # noqa: F401
