@@ -13,7 +13,9 @@ on every call; ``x @ W1 + x @ W2`` becomes ``x @ (W1 + W2)`` in both.
 The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor``; a 2-d
 ``permute``, ``t`` or ``transpose``; ``aten.cat`` of two matrices. A sum is matched up to the
 order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
-(so a linear layer's bias is one more term, added back). Operands must give each of the rule's
+(so a linear layer's bias is one more term, added back), and terms that are one view of
+matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as the sum
+of the matrices, viewed. Operands must give each of the rule's
 size symbols one size (``derivations.synthesis.graph.consistent``), and a matched node other
 than the root must have no other user (a view may), so that no work is done twice.
 
@@ -73,12 +75,14 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
             match = _match_root(source, n, rule)
             if match is None:
                 continue
-            binding, inner, rest = match
+            binding, inner, rest, view = match
             after, before = _cost(target, binding, constant), _cost(source, binding, constant)
             if inner & used or not _cheaper(after, before, products_only=fewer_products):
                 continue
             with graph.inserting_before(n):
                 new = _build(graph, target, binding)
+                if view is not None:
+                    new = graph.call_function(aten.view.default, (new, view))
                 for term in rest:
                     new = graph.call_function(aten.add.Tensor, (new, _item_node(graph, term)))
             n.replace_all_uses_with(new)
@@ -93,7 +97,7 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
 def _children(n, op: str) -> list | None:
     """The operands of ``n`` when it is the rules' operator ``op``."""
     if isinstance(n, tuple):  # an addmm's product, read as a term of its sum
-        return list(n[1:]) if op == "mm" else None
+        return list(n[1:]) if op == "mm" and n[0] == "mm" else None
     if not isinstance(n, fx.Node) or n.op != "call_function" or n.kwargs and op != "T":
         return None
     if op == "mm" and n.target == aten.mm.default:
@@ -131,40 +135,47 @@ def _match(pattern: tuple, item, binding: dict, inner: set) -> bool:
     return False
 
 
-def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list] | None:
-    """(binding, matched nodes, the sum's other terms) where ``source`` matches at ``n``."""
-    if source[0] == "add":
-        wanted = _chain(source)
-        terms, sums = _summands(n, root=True)
-        if len(terms) < len(wanted):
-            return None
-        for chosen in itertools.permutations(range(len(terms)), len(wanted)):
-            binding, inner = {}, set(sums)
-            if all(_match(p, terms[i], binding, inner) for p, i in zip(wanted, chosen)):
-                rest = [t for i, t in enumerate(terms) if i not in chosen]
-                return _checked(binding, inner - {n}, rest, rule)
+def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list, list] | None:
+    """(binding, matched nodes, the sum's other terms, the view the matched terms went
+    through or None) where ``source`` matches at ``n``."""
+    if source[0] != "add":
+        binding, inner = {}, set()
+        if _match(source, n, binding, inner) and _checked(binding, inner - {n}, rule):
+            return binding, inner - {n}, [], None
         return None
-    binding, inner = {}, set()
-    if not _match(source, n, binding, inner):
-        return None
-    return _checked(binding, inner - {n}, [], rule)
+    wanted = _chain(source)
+    terms, sums = _summands(n, root=True)
+    for chosen in itertools.permutations(range(len(terms)), len(wanted)):
+        picked = [_unviewed(terms[i]) for i in chosen]
+        view = picked[0][1]
+        if any(v != view for _, v in picked):  # (a view's sizes: ints, or size nodes)
+            continue
+        binding, inner = {}, set(sums)
+        if all(_match(p, core, binding, inner) for p, (core, _) in zip(wanted, picked)) \
+                and _checked(binding, inner - {n}, rule):
+            rest = [t for i, t in enumerate(terms) if i not in chosen]
+            return binding, inner - {n}, rest, view
+    return None
 
 
-def _checked(binding, inner, rest, rule):
-    if not graph_synthesis.consistent(rule, binding, _shape):
-        return None
-    if any(len(m.users) > 1 and not _is_view(m) for m in inner):
-        return None
-    return binding, inner, rest
+def _checked(binding, inner, rule) -> bool:
+    return graph_synthesis.consistent(rule, binding, _shape) and \
+        not any(len(m.users) > 1 and not _is_view(m) for m in inner)
 
 
 def _chain(t: tuple) -> list[tuple]:
     return _chain(t[1]) + _chain(t[2]) if t[0] == "add" else [t]
 
 
+VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
 def _summands(n: fx.Node, root: bool = False) -> tuple[list, set]:
-    """The terms of the sum ``n`` (through adds and addmm that have no other user) and the
-    nodes that were sums."""
+    """The terms of the sum ``n`` (through adds that have no other user) and the nodes
+    consumed in finding them. ``addmm(b, A, B)`` is the terms ``("mm", A, B)`` and ``b``; a
+    view of a matrix (a linear map of a batch of sequences, flattened and viewed back) is
+    ``("view", matrix, sizes)``, its addmm's bias a term of its own where the view keeps the
+    last size (the bias broadcasts along it either way)."""
     if not (root or len(n.users) == 1):
         return [n], set()
     if _children(n, "add") is not None:
@@ -173,10 +184,23 @@ def _summands(n: fx.Node, root: bool = False) -> tuple[list, set]:
             t, s = _summands(a)
             terms, sums = terms + t, sums | s
         return terms, sums
+    if n.op == "call_function" and n.target in VIEWS and _rank(n.args[0]) == 2 and \
+            len(n.args[0].users) == 1:
+        inner, sizes = n.args[0], list(n.args[1])
+        parts, consumed = _summands(inner, root=True)
+        if len(parts) == 2 and isinstance(parts[0], tuple) and _rank(parts[1]) == 1 and \
+                sizes[-1] == inner.meta["val"].shape[-1]:
+            return [("view", parts[0], sizes), parts[1]], consumed | {n}
+        return [("view", inner, sizes)], {n}
     if n.op == "call_function" and n.target == aten.addmm.default and not n.kwargs:
         bias, a, b = n.args
         return [("mm", a, b), bias], {n}
     return [n], set()
+
+
+def _unviewed(term) -> tuple[object, list | None]:
+    """A sum's term without its view, and the view's sizes (None when it has none)."""
+    return (term[1], term[2]) if isinstance(term, tuple) and term[0] == "view" else (term, None)
 
 
 # -- building and costs --------------------------------------------------------------------------
@@ -194,7 +218,12 @@ def _build(graph: fx.Graph, t: tuple, binding: dict) -> fx.Node:
 
 
 def _item_node(graph: fx.Graph, item) -> fx.Node:
-    return graph.call_function(aten.mm.default, item[1:]) if isinstance(item, tuple) else item
+    """The node of a sum's term (``_summands``), made where it was read through an addmm."""
+    if not isinstance(item, tuple):
+        return item
+    if item[0] == "view":
+        return graph.call_function(aten.view.default, (_item_node(graph, item[1]), item[2]))
+    return graph.call_function(aten.mm.default, item[1:])
 
 
 def _shape(node: fx.Node) -> tuple:

@@ -308,6 +308,9 @@ def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge, simplify: bo
         for i, m in enumerate(members):
             piece = graph.call_function(operator.getitem, (split, i))
             m.replace_all_uses_with(piece)
+            for user in list(piece.users):  # a piece is strided: a view may need a copy
+                if user.target == aten.view.default:
+                    user.target = aten.reshape.default
     for m in members:
         graph.erase_node(m)
 

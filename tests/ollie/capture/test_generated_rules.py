@@ -141,3 +141,24 @@ def test_parallel_branches_share_one_product_at_every_batch_size_through_the_bac
     assert len(backend.reports) == 1  # one graph serves every batch size
     assert "generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))" in \
         backend.reports[0].substitutions
+
+
+def test_branches_of_a_batch_of_sequences_are_matched_through_their_views():
+    def fn(x, w1, b1, w2, b2):  # linear maps of (batch, sequence, d): flattened, viewed back
+        return torch.relu(F.linear(x, w1, b1) + F.linear(x, w2, b2))
+    args = (torch.randn(2, 5, 8), torch.randn(6, 8), torch.randn(6), torch.randn(6, 8),
+            torch.randn(6))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied[0] == "generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))", applied
+    assert products(gm) == 2 and products(new) == 1
+    torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_terms_viewed_to_different_shapes_are_not_summed_as_one():
+    def fn(x, w1, w2):
+        return (x @ w1).view(2, 10) + (x @ w2).view(10, 2).t().reshape(2, 10)
+    args = (torch.randn(4, 3), torch.randn(3, 5), torch.randn(3, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert not any(a.startswith("generated") for a in applied), applied
