@@ -71,7 +71,10 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
     for n in list(graph.nodes):
         if n in used or n.op != "call_function" or _rank(n) < 0:
             continue
+        kinds = {op for op in ("mm", "add", "T", "cat0", "cat1") if _children(n, op)}
         for source, target, rule in _directions():
+            if source[0] not in kinds:  # (a rule's root operator: most nodes match none)
+                continue
             match = _match_root(source, n, rule)
             if match is None:
                 continue
@@ -242,10 +245,13 @@ def _cheaper(after: tuple, before: tuple, products_only: bool) -> bool:
             continue
         if products_only and i:
             return False
-        if not gap.is_number:  # a polynomial in the sizes: no negative coefficient
+        if gap.is_number:
+            return bool(gap > 0)
+        try:  # a polynomial in the sizes: no negative coefficient
             terms = sympy.Poly(gap, *sorted(gap.free_symbols, key=str)).coeffs()
-            return all(c >= 0 for c in terms)
-        return gap > 0
+        except sympy.PolynomialError:  # a size like s0 // 2: not compared
+            return False
+        return all(c >= 0 for c in terms)
     return False
 
 

@@ -162,3 +162,15 @@ def test_terms_viewed_to_different_shapes_are_not_summed_as_one():
     gm, fakes = graph_of(fn, *args)
     new, applied = graph_rules.substitute(gm, fakes)
     assert not any(a.startswith("generated") for a in applied), applied
+
+
+def test_a_cost_is_lower_only_where_it_is_lower_at_every_size():
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+    from ollie.capture.generated_rules import _cheaper
+    m, n = sympy.symbols("m n", positive=True, integer=True)
+    assert _cheaper((4 * m, 1, 1), (8 * m, 2, 2), products_only=True)
+    assert not _cheaper((m * n, 1, 1), (4 * m, 1, 1), products_only=False)  # n < 4 or not
+    assert not _cheaper((3 * FloorDiv(m, 2), 1, 1), (8 * m, 1, 1), products_only=False)
+    assert _cheaper((4, 1, 1), (4, 2, 1), products_only=False)  # one kernel fewer
+    assert not _cheaper((4, 1, 1), (4, 2, 1), products_only=True)
