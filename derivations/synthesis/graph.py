@@ -37,7 +37,7 @@ from derivations.synthesis.verify import compare_exact
 
 __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
            "proof_sizes", "consistent", "proven", "typing", "GraphSynthesis", "render",
-           "parse_rule", "loaded_rules", "GRAPH_PATH"]
+           "parse_rule", "loaded_rules", "untransposed", "GRAPH_PATH"]
 
 VARS = {"X": ("m", "k"), "Z": ("m", "k"), "Y": ("m", "p"), "W": ("k", "n"), "U": ("k", "n"),
         "V": ("p", "n")}
@@ -413,3 +413,29 @@ def loaded_rules() -> list[GraphRule]:
     """The checked-in rules."""
     from derivations.rules.graph_generated import RULES
     return [parse_rule(text, sizes) for text, sizes in RULES]
+
+
+def untransposed(rule: GraphRule) -> GraphRule | None:
+    """The instance of ``rule`` whose operands that it reads only transposed are given as
+    transposes, ``V := T(V')``, with ``T(T(V')) = V'``: proven with the rule (an instance of
+    it, for every size of ``V'``, whose sizes are ``V``'s swapped). The fixed operand sizes
+    keep ``mm(mm(X, U), U)`` from being enumerated; ``mm(mm(X, U), T(V)) = mm(X, mm(U, T(V)))``
+    gives it. None where no operand is read only transposed."""
+    def bare(t: tuple) -> set[str]:  # operands read other than as T(operand)
+        if t[0] == "var":
+            return {t[1]}
+        if t[0] == "T" and t[1][0] == "var":
+            return set()
+        return set().union(*(bare(c) for c in t[1:]))
+
+    swapped = (variables(rule.lhs) | variables(rule.rhs)) - bare(rule.lhs) - bare(rule.rhs)
+    if not swapped:
+        return None
+
+    def drop(t: tuple) -> tuple:
+        if t[0] == "T" and t[1][0] == "var" and t[1][1] in swapped:
+            return t[1]
+        return t if t[0] == "var" else (t[0], *(drop(c) for c in t[1:]))
+
+    dims = tuple((v, d[::-1] if v in swapped else d) for v, d in rule.dims.items())
+    return GraphRule(drop(rule.lhs), drop(rule.rhs), tuple(sorted(dims)))

@@ -2,8 +2,8 @@
 ``ollie.capture.graph_rules.RULES``) applied to ATen graphs.
 
 Each rule ``lhs = rhs`` was found and proven by ``derivations.synthesis.graph`` over ``mm``,
-``add``, ``T`` and ``cat``; here it is matched in either direction and applied where the other
-side costs less: fewer multiply-adds first, then fewer kernels, then fewer elements written.
+``add``, ``T`` and ``cat``; here it is matched in either direction (with its instance on
+untransposed operands, ``graph.untransposed``) and applied where the other side costs less: fewer multiply-adds first, then fewer kernels, then fewer elements written.
 What reads only weights costs nothing (it is folded once, ``ollie.capture.folding``), and
 views cost nothing. So ``x @ W1 + h @ W2`` becomes ``cat(x, h; 1) @ cat(W1, W2; 0)`` in an
 inference graph whose W1, W2 are weights (two products and a sum become a concatenation and
@@ -52,15 +52,33 @@ def mark_weights(gm: fx.GraphModule, indices) -> None:
 
 @lru_cache(maxsize=1)
 def _directions() -> list[tuple[tuple, tuple, graph_synthesis.GraphRule]]:
-    """(source pattern, target, rule) for both directions of every rule; a bare operand is
-    never a source (it would match every node)."""
-    out = []
+    """(source pattern, target, rule) for both directions of every rule and of its instance
+    on untransposed operands (``graph_synthesis.untransposed``: ``mm(mm(X, U), V) =
+    mm(X, mm(U, V))``), each rule once up to its operands' names; a bare operand is never a
+    source (it would match every node)."""
+    out, seen = [], set()
     for r in graph_synthesis.loaded_rules():
-        for source, target in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
-            if source[0] != "var" and graph_synthesis.variables(target) <= \
-                    graph_synthesis.variables(source):
-                out.append((source, target, r))
+        for r in filter(None, (r, graph_synthesis.untransposed(r))):
+            key = min(_named_in_order(r.lhs, r.rhs), _named_in_order(r.rhs, r.lhs))
+            if key in seen:
+                continue
+            seen.add(key)
+            for source, target in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
+                if source[0] != "var" and graph_synthesis.variables(target) <= \
+                        graph_synthesis.variables(source):
+                    out.append((source, target, r))
     return out
+
+
+def _named_in_order(*sides: tuple) -> str:
+    """``sides`` as text with the operands renamed in the order they first appear."""
+    names: dict[str, str] = {}
+
+    def rename(t: tuple) -> tuple:
+        if t[0] == "var":
+            return ("var", names.setdefault(t[1], f"v{len(names)}"))
+        return (t[0], *(rename(c) for c in t[1:]))
+    return " = ".join(graph_synthesis.to_text(rename(t)) for t in sides)
 
 
 def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:

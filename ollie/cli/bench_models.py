@@ -383,6 +383,17 @@ class ParallelMatmuls(nn.Module):
         return x @ self.w[0] + x @ self.w[1] + x @ self.w[2]
 
 
+class WeightChain(nn.Module):
+    """A product by three parameters in a row, spelled as matmuls: ``x @ (A @ B @ C)``."""
+
+    def __init__(self, d=256):
+        super().__init__()
+        self.w = nn.ParameterList(nn.Parameter(torch.randn(d, d) / d ** 0.5) for _ in range(3))
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w[0] @ self.w[1] @ self.w[2])
+
+
 def _model(build, *shapes, stacked: bool = False):
     """``shapes``: one input's shape, or a tuple of shapes for several inputs; ``stacked``:
     the model's outputs (all of one shape) stacked into the one tensor the bench compares."""
@@ -421,6 +432,8 @@ CASES = [
          _model(ParallelLinears, 64, 512)),
     Case("parallel_matmuls", "x @ W1 + x @ W2 + x @ W3 (parameters), d=256, batch 128",
          _model(ParallelMatmuls, 128, 256)),
+    Case("weight_chain", "x @ A @ B @ C (parameters), d=256, batch 16",
+         _model(WeightChain, 16, 256)),
     Case("inception_1x1", "four 1×1 convolutions of one input, 1×32×16×16",
          _model(Inception1x1, 1, 32, 16, 16)),
     Case("slices_one_weight", "one Linear on each of 16 slices (unbind), 16×8×64",

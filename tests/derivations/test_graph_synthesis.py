@@ -93,3 +93,15 @@ def test_every_checked_in_rule_verifies_at_its_sizes():
     assert len(loaded) == len(graph_generated.RULES) > 20
     for r in loaded:
         assert graph.verify(r) == "", str(r)
+
+
+def test_rules_that_read_an_operand_only_transposed_have_an_instance_without_the_transpose():
+    rule = graph.parse_rule("mm(mm(X, U), T(V)) = mm(X, mm(U, T(V)))", "U: a b, V: c b, X: e a")
+    plain = graph.untransposed(rule)
+    assert str(plain) == "mm(mm(X, U), V) = mm(X, mm(U, V))"
+    assert plain.dims["V"] == ("b", "c") and graph.verify(plain) == ""
+    assert graph.untransposed(graph.parse_rule("T(mm(U, T(V))) = mm(V, T(U))",
+                                               "U: a b, V: c b")) is None  # V is read bare
+    for r in graph.loaded_rules():
+        instance = graph.untransposed(r)
+        assert instance is None or graph.verify(instance) == "", str(instance)
