@@ -7,7 +7,9 @@ runs one contraction and splits the result; a *simplifying* rule removes what me
 (a concatenation of the pieces of one tensor is that tensor); the *generated* rules are the
 generator's (``derivations/rules/graph_generated.py``, applied by ``generated_rules``).
 
-``substitute`` applies the rules to a copy of the graph until nothing changes, after the
+``substitute`` reads einsum's products of one batch as matrix products
+(``ollie.capture.matrix_views``), then applies the rules to a copy of the graph until nothing
+changes, after the
 regions' programs are spliced in (``ollie.capture.graph_pass`` says why, and keeps the
 substitutions on the original graph as an alternative); ``rolled_sum`` is the exception,
 applied first by ``ollie.capture.rolling``. Every rule is an identity
@@ -96,10 +98,11 @@ class Merge:
 def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | None, list[str]]:
     """A copy of ``gm`` with the graph substitutions applied, and a line per substitution
     (None and [] when none applies)."""
-    from ollie.capture import affine_fold, generated_rules, rewrite
+    from ollie.capture import affine_fold, generated_rules, matrix_views, rewrite
     symbolic = _symbolic(gm)
     new, _ = rewrite.copy_graph(gm)
-    applied, unfinished = [], 0  # views merged since the last finish
+    # views merged since the last finish; einsum's products read as matrix products
+    applied, unfinished = [], matrix_views.normalise(new.graph)
     for _ in range(MAX_ROUNDS):
         unfinished += _merge_duplicate_views(new.graph)
         # generated rules that save multiply-adds come first (``x@W1 + x@W2 = x@(W1 + W2)``

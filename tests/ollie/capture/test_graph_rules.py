@@ -44,15 +44,16 @@ def test_linear_maps_of_one_input_become_one_product_of_concatenated_weights():
     same_outputs(gm, new, args)
 
 
-def test_einsum_projections_of_one_input_become_one_batched_product():
-    def fn(x, wq, wk, wv):  # einsum lowers to bmm: merged like the matmuls of linear maps
+def test_einsum_projections_of_one_input_become_one_product():
+    def fn(x, wq, wk, wv):  # einsum lowers to bmm of one batch (read as mm, ``matrix_views``)
         q, k, v = (torch.einsum("bnd,ed->bne", x, w) for w in (wq, wk, wv))
         return torch.softmax(q @ k.transpose(1, 2), -1) @ v
     args = (torch.randn(2, 6, 16), *(torch.randn(8, 16) for _ in range(3)))
     gm, fakes = graph_of(fn, *args)
     new, applied = graph_rules.substitute(gm, fakes)
-    assert count(gm, aten.bmm.default) == 5 and count(new, aten.bmm.default) == 3, applied
-    assert applied[0] == "shared_lhs: 3 × bmm.default → 1", applied
+    assert count(gm, aten.bmm.default) == 5 and count(gm, aten.mm.default) == 0
+    assert count(new, aten.bmm.default) == 2 and count(new, aten.mm.default) == 1, applied
+    assert applied[0] == "shared_lhs: 3 × mm.default → 1", applied
     same_outputs(gm, new, args)
 
 

@@ -1,0 +1,97 @@
+"""Matrix products that einsum and batched spellings hide, read as matrix products.
+
+``torch.einsum("bi,ij,jk->bk", x, A, B)`` lowers to two ``bmm`` of one batch between
+unsqueezes, permutes and views. Two identities make it ``mm(mm(x, A), B)``, which the graph
+rules (generated and hand-written) match:
+
+    bmm(P, Q) = unsqueeze(mm(squeeze(P, 0), squeeze(Q, 0)), 0)     where P, Q hold one batch
+    views(M) = M   (or Mᵀ)    a chain of views from a matrix M back to M's shape (or Mᵀ's)
+
+A chain is followed only through pure reindexings (view, reshape, permute, transpose,
+unsqueeze, squeeze); what it does to indices is read exactly from the shape, strides and
+offset it gives a contiguous tensor of M's sizes on the meta device (views are defined on
+logical indices, so the layout of M itself does not matter). Sizes must be fixed.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+
+aten = torch.ops.aten
+REINDEXING = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+              aten.permute.default, aten.t.default, aten.transpose.int,
+              aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+              aten.squeeze.default, aten.alias.default}
+
+
+def normalise(graph: fx.Graph) -> int:
+    """Apply both identities; how many nodes were replaced."""
+    changed = 0
+    for n in list(graph.find_nodes(op="call_function", target=aten.bmm.default)):
+        if _static(n) and n.meta["val"].shape[0] == 1 and not n.kwargs:
+            with graph.inserting_before(n):
+                p, q = (_call(graph, aten.squeeze.dim, (a, 0)) for a in n.args)
+                n.replace_all_uses_with(
+                    _call(graph, aten.unsqueeze.default, (_call(graph, aten.mm.default, (p, q)), 0)))
+            changed += 1
+    for n in list(graph.nodes):
+        if n.op == "call_function" and n.target in REINDEXING and n.users and _static(n) and \
+                n.meta["val"].dim() == 2:
+            changed += _collapse(graph, n)
+    if changed:
+        graph.eliminate_dead_code()
+    return changed
+
+
+def _collapse(graph: fx.Graph, n: fx.Node) -> int:
+    """Replace ``n`` by the matrix its chain of views starts from, or by its transpose, where
+    the chain (of two views or more) comes back to that matrix's indices."""
+    chain, source = [], n
+    while isinstance(source, fx.Node) and source.op == "call_function" and \
+            source.target in REINDEXING:
+        chain.append(source)
+        source = source.args[0]
+    if len(chain) < 2 or not (isinstance(source, fx.Node) and _static(source)) or \
+            source.meta["val"].dim() != 2:
+        return 0
+    rows, cols = source.meta["val"].shape
+    try:
+        t = torch.empty(rows, cols, device="meta")
+        for v in reversed(chain):
+            target = aten.view.default if v.target in (aten.reshape.default,
+                                                        aten._unsafe_view.default) else v.target
+            t = target(t, *v.args[1:], **v.kwargs)  # (a reshape that would copy raises here)
+    except RuntimeError:
+        return 0
+    if t.storage_offset() != 0:
+        return 0
+    if _strides_are(t, (rows, cols), (cols, 1)):
+        n.replace_all_uses_with(source)
+        return 1
+    if _strides_are(t, (cols, rows), (1, cols)):
+        with graph.inserting_before(n):
+            n.replace_all_uses_with(_call(graph, aten.permute.default, (source, [1, 0])))
+        return 1
+    return 0
+
+
+def _strides_are(t: torch.Tensor, shape: tuple, strides: tuple) -> bool:
+    return tuple(t.shape) == shape and all(
+        size == 1 or a == b for size, a, b in zip(shape, t.stride(), strides))
+
+
+def _static(n) -> bool:
+    val = n.meta.get("val") if isinstance(n, fx.Node) else None
+    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
+
+
+def _call(graph: fx.Graph, target, args: tuple) -> fx.Node:
+    """A new node with its fake value (the graph rules read shapes from it)."""
+    node = graph.call_function(target, args)
+    vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+    with detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)]) or nullcontext():
+        node.meta["val"] = target(*vals)
+    return node

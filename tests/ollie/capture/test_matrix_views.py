@@ -1,0 +1,61 @@
+"""einsum's and batched spellings' products read as matrix products
+(``ollie.capture.matrix_views``)."""
+import torch
+
+from graph_helpers import count, graph_of
+from ollie.capture import generated_rules, graph_rules, matrix_views
+
+aten = torch.ops.aten
+
+
+def einsum_chain(x, a, b):
+    return torch.einsum("bi,ij,jk->bk", x, a, b).relu()
+
+
+def test_an_einsum_of_three_matrices_reads_as_two_matrix_products():
+    args = (torch.randn(6, 5), torch.randn(5, 4), torch.randn(4, 3))
+    gm, _ = graph_of(einsum_chain, *args)
+    assert count(gm, aten.bmm.default) == 2 and count(gm, aten.mm.default) == 0
+    assert matrix_views.normalise(gm.graph) > 0
+    gm.recompile()
+    products = list(gm.graph.find_nodes(op="call_function", target=aten.mm.default))
+    assert count(gm, aten.bmm.default) == 0 and len(products) == 2
+    x, a, b = gm.graph.find_nodes(op="placeholder")
+    assert products[0].args == (x, a) and products[1].args == (products[0], b)
+    torch.testing.assert_close(gm(*args), einsum_chain(*args))
+
+
+def test_with_weights_the_einsum_reads_one_product_of_the_weights():
+    args = (torch.randn(4, 16), torch.randn(16, 16), torch.randn(16, 8))
+    gm, fakes = graph_of(einsum_chain, *args)
+    generated_rules.mark_weights(gm, [1, 2])
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: mm(mm(X, Y), V) → mm(X, mm(Y, V))"], applied
+    torch.testing.assert_close(new(*args), einsum_chain(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_a_chain_of_views_that_transposes_reads_as_a_transpose():
+    def fn(x):
+        return x.unsqueeze(0).permute(2, 0, 1).reshape(4, 6).exp()
+    x = torch.randn(6, 4)
+    gm, _ = graph_of(fn, x)
+    assert matrix_views.normalise(gm.graph) == 1
+    gm.recompile()
+    (view,) = [n for n in gm.graph.nodes if n.op == "call_function" and n.target != aten.exp.default]
+    assert view.target == aten.permute.default and view.args[1] == [1, 0]
+    torch.testing.assert_close(gm(x), fn(x))
+
+
+def test_a_reshape_that_is_neither_the_matrix_nor_its_transpose_is_kept():
+    def fn(x):  # 6×4 read as 4×6 in row-major order: not xᵀ
+        return x.unsqueeze(0).reshape(4, 6).exp()
+    gm, _ = graph_of(fn, torch.randn(6, 4))
+    assert matrix_views.normalise(gm.graph) == 0
+
+
+def test_a_product_of_several_batches_stays_batched():
+    def fn(p, q):
+        return torch.einsum("bij,bjk->bik", p, q)
+    gm, _ = graph_of(fn, torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+    matrix_views.normalise(gm.graph)
+    assert count(gm, aten.bmm.default) == 1 and count(gm, aten.mm.default) == 0
