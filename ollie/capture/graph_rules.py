@@ -56,6 +56,8 @@ RULES = [
          "merge"),
     Rule("shared_weight_conv", "conv(x1,W), conv(x2,W) = split(conv(cat(x1,x2; 0), W); 0)",
          "merge"),
+    Rule("summed_convs", "conv(x,W1,b1) + conv(x,W2,b2) = conv(x, W1 + pad(W2), b1 + b2)  "
+         "(one input, centred windows; ``conv_sums``)", "merge"),
     Rule("grouped_conv", "conv(x[g],W_g) for the channel groups g of x = split(conv(x, "
          "cat(W_g; 0), groups=G); 1)", "merge"),
     Rule("grouped_mm", "x_g@W_g for the column groups g of x = bmm(x as (G, n, w), "
@@ -98,19 +100,20 @@ class Merge:
 def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | None, list[str]]:
     """A copy of ``gm`` with the graph substitutions applied, and a line per substitution
     (None and [] when none applies)."""
-    from ollie.capture import affine_fold, generated_rules, matrix_views, rewrite
+    from ollie.capture import affine_fold, conv_sums, generated_rules, matrix_views, rewrite
     symbolic = _symbolic(gm)
     new, _ = rewrite.copy_graph(gm)
     # views merged since the last finish; einsum's products read as matrix products
     applied, unfinished = [], matrix_views.normalise(new.graph)
     for _ in range(MAX_ROUNDS):
         unfinished += _merge_duplicate_views(new.graph)
-        # generated rules that save multiply-adds come first (``x@W1 + x@W2 = x@(W1 + W2)``
+        # rules that save multiply-adds come first (``x@W1 + x@W2 = x@(W1 + W2)``
         # halves the work that merging the two products would keep); those that save only
         # kernels come after the merges of many contractions (an unrolled RNN's input side
         # merges over time, not step by step with its state side)
         generated = "generated" in ON
         done = generated_rules.apply(new.graph, fewer_products=True) if generated else []
+        done += conv_sums.apply(new.graph) if "summed_convs" in ON else []
         if not done:
             done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)
             if not symbolic:  # (tilings compare the sizes of pieces)

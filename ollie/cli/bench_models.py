@@ -3,9 +3,11 @@
 A ResNet-18 with batch norm, a MobileNet-v3-like network (depthwise convolutions,
 squeeze-and-excitation, hard-swish), a ResNeXt block (grouped convolution), a stack of BERT
 layers, a GPT-2 block, an MLP-Mixer, an unrolled RNN cell (each in eval mode at batch 1) and a
-low-rank projection (two linear layers, batch 256), with random weights. They show what Ollie does on ordinary model code: its speed against
-eager and torch.compile, and (``--first-call``) its compile time against torch.compile's,
-each in a fresh process with fresh caches.
+low-rank projection (two linear layers, batch 256), with random weights; and the fragments
+of ``bench_fragments``, two spellings of each graph substitution family. They show what
+Ollie does on ordinary model code: its speed against eager and torch.compile, and
+(``--first-call``) its compile time against torch.compile's, each in a fresh process with
+fresh caches.
 """
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ollie.cli.bench_fragments import (
+    QKVLinears, GateProducts, Inception1x1, ConvBranches, RepVGGBlock, SlicesOneWeight,
+    SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears, GroupMatmulSlices,
+    TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears, ParallelMatmuls,
+    WeightChain)
 from ollie.cli.bench_suite import Case, _inputs
 
 
@@ -211,189 +218,6 @@ class LowRankProjection(nn.Module):
         return self.up(self.down(x))
 
 
-# Fragments that carry a graph substitution (``ollie.capture.graph_rules``), two spellings each.
-class QKVLinears(nn.Module):
-    """Three projections of one input (BERT's Q, K, V): one product of concatenated weights."""
-
-    def __init__(self, d=256):
-        super().__init__()
-        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
-
-    def forward(self, x):
-        return self.q(x) * self.k(x) + self.v(x)
-
-
-class GateProducts(nn.Module):
-    """An LSTM cell's four gate products of one input, written as matmuls of parameters."""
-
-    def __init__(self, d=64):
-        super().__init__()
-        self.w = nn.ParameterList(nn.Parameter(torch.randn(d, d) / 8) for _ in range(4))
-
-    def forward(self, x):
-        i, f, g, o = (x @ w for w in self.w)
-        return torch.sigmoid(o) * torch.tanh(torch.sigmoid(f) + torch.sigmoid(i) * torch.tanh(g))
-
-
-class Inception1x1(nn.Module):
-    """Inception-style 1×1 branches of one input."""
-
-    def __init__(self, c=32):
-        super().__init__()
-        self.branches = nn.ModuleList(nn.Conv2d(c, c // 2, 1) for _ in range(4))
-
-    def forward(self, x):
-        return torch.cat([F.relu(b(x)) for b in self.branches], 1)
-
-
-class SlicesOneWeight(nn.Module):
-    """One linear map applied to every slice of a batch, in a Python loop."""
-
-    def __init__(self, d=64):
-        super().__init__()
-        self.proj = nn.Linear(d, d)
-
-    def forward(self, x):
-        return torch.stack([torch.relu(self.proj(s)) for s in x.unbind(0)])
-
-
-class SplitOneWeight(nn.Module):
-    """The same, spelled with ``torch.split`` and a matmul."""
-
-    def __init__(self, d=64):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(d, d) / 8)
-
-    def forward(self, x):
-        return torch.cat([torch.tanh(p @ self.w) for p in torch.split(x, 4)], 0)
-
-
-class GroupConvLoop(nn.Module):
-    """A Python loop over channel groups (``chunk``), each with its own convolution."""
-
-    def __init__(self, c=64, groups=8):
-        super().__init__()
-        self.convs = nn.ModuleList(nn.Conv2d(c // groups, c // groups, 3, padding=1)
-                                   for _ in range(groups))
-
-    def forward(self, x):
-        pieces = x.chunk(len(self.convs), 1)
-        return F.relu(torch.cat([conv(p) for conv, p in zip(self.convs, pieces)], 1))
-
-
-class GroupConvSlices(nn.Module):
-    """The same loop, spelled with channel slices."""
-
-    def __init__(self, c=64, groups=8):
-        super().__init__()
-        self.width = c // groups
-        self.convs = nn.ModuleList(nn.Conv2d(self.width, self.width, 3, padding=1, bias=False)
-                                   for _ in range(groups))
-
-    def forward(self, x):
-        w = self.width
-        return torch.cat([conv(x[:, i * w:(i + 1) * w]) for i, conv in enumerate(self.convs)], 1)
-
-
-class GroupLinears(nn.Module):
-    """A linear layer per column group of the features (``chunk``), concatenated."""
-
-    def __init__(self, d=256, groups=8):
-        super().__init__()
-        self.linears = nn.ModuleList(nn.Linear(d // groups, d // groups) for _ in range(groups))
-
-    def forward(self, x):
-        pieces = x.chunk(len(self.linears), -1)
-        return F.gelu(torch.cat([lin(p) for lin, p in zip(self.linears, pieces)], -1))
-
-
-class GroupMatmulSlices(nn.Module):
-    """The same, spelled with column slices and one stacked weight tensor."""
-
-    def __init__(self, d=256, groups=8):
-        super().__init__()
-        self.width = d // groups
-        self.w = nn.Parameter(torch.randn(groups, self.width, self.width) / self.width ** 0.5)
-
-    def forward(self, x):
-        w = self.width
-        return torch.cat([torch.relu(x[:, i * w:(i + 1) * w] @ self.w[i])
-                          for i in range(self.w.shape[0])], -1)
-
-
-class TimeMajorRNN(nn.Module):
-    """An Elman RNN over a time-major sequence, stepped with ``unbind``."""
-
-    def __init__(self, d_in=64, d=64):
-        super().__init__()
-        self.w, self.u = nn.Linear(d_in, d), nn.Linear(d, d, bias=False)
-
-    def forward(self, xs):
-        h = torch.zeros(xs.shape[1], self.u.in_features)
-        for x in xs.unbind(0):
-            h = torch.tanh(self.w(x) + self.u(h))
-        return h
-
-
-class LSTMCellLinears(nn.Module):
-    """An LSTM cell as written by hand: one Linear of the input, one of the state."""
-
-    def __init__(self, d_in=256, d=256):
-        super().__init__()
-        self.ih, self.hh = nn.Linear(d_in, 4 * d), nn.Linear(d, 4 * d)
-
-    def forward(self, x, h, c):
-        i, f, g, o = (self.ih(x) + self.hh(h)).chunk(4, 1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-
-class ElmanCellMatmuls(nn.Module):
-    """One step of an Elman RNN, spelled with matmuls of parameters."""
-
-    def __init__(self, d_in=256, d=512):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(d_in, d) / d_in ** 0.5)
-        self.u = nn.Parameter(torch.randn(d, d) / d ** 0.5)
-        self.b = nn.Parameter(torch.zeros(d))
-
-    def forward(self, x, h):
-        return torch.tanh(x @ self.w + h @ self.u + self.b)
-
-
-class ParallelLinears(nn.Module):
-    """Two linear branches of one input, summed (a multi-branch block, RepVGG-style)."""
-
-    def __init__(self, d=512):
-        super().__init__()
-        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
-
-    def forward(self, x):
-        return torch.relu(self.a(x) + self.b(x))
-
-
-class ParallelMatmuls(nn.Module):
-    """Three branches of one input, spelled as matmuls of parameters."""
-
-    def __init__(self, d=256):
-        super().__init__()
-        self.w = nn.ParameterList(nn.Parameter(torch.randn(d, d) / d ** 0.5) for _ in range(3))
-
-    def forward(self, x):
-        return x @ self.w[0] + x @ self.w[1] + x @ self.w[2]
-
-
-class WeightChain(nn.Module):
-    """A product by three parameters in a row, spelled as matmuls: ``x @ (A @ B @ C)``."""
-
-    def __init__(self, d=256):
-        super().__init__()
-        self.w = nn.ParameterList(nn.Parameter(torch.randn(d, d) / d ** 0.5) for _ in range(3))
-
-    def forward(self, x):
-        return torch.tanh(x @ self.w[0] @ self.w[1] @ self.w[2])
-
-
 def _model(build, *shapes, stacked: bool = False):
     """``shapes``: one input's shape, or a tuple of shapes for several inputs; ``stacked``:
     the model's outputs (all of one shape) stacked into the one tensor the bench compares."""
@@ -436,6 +260,10 @@ CASES = [
          _model(WeightChain, 16, 256)),
     Case("inception_1x1", "four 1×1 convolutions of one input, 1×32×16×16",
          _model(Inception1x1, 1, 32, 16, 16)),
+    Case("conv_branches", "relu(conv3x3_a(x) + conv3x3_b(x)), 1×64×28×28",
+         _model(ConvBranches, 1, 64, 28, 28)),
+    Case("repvgg_block", "RepVGG block: 3×3+BN, 1×1+BN and identity, 1×64×28×28",
+         _model(RepVGGBlock, 1, 64, 28, 28)),
     Case("slices_one_weight", "one Linear on each of 16 slices (unbind), 16×8×64",
          _model(SlicesOneWeight, 16, 8, 64)),
     Case("split_one_weight", "one matmul on each of 16 row blocks (split), 64×64",

@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 
 import ollie
-from graph_helpers import count, graph_of
+from graph_helpers import count, graph_of, symbolic_graph_of
 from ollie.capture import generated_rules, graph_rules
-from ollie.cli.bench_models import LSTMCellLinears
+from ollie.cli.bench_fragments import LSTMCellLinears
 
 aten = torch.ops.aten
 MERGE = "generated: add(mm(X, U), mm(Y, V)) → mm(cat1(X, Y), cat0(U, V))"
@@ -126,12 +126,6 @@ def test_three_branches_of_one_input_become_one_product_two_at_a_time():
     torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
 
 
-def symbolic_graph_of(fn, *args):
-    from torch.fx.experimental.proxy_tensor import make_fx
-    gm = make_fx(fn, tracing_mode="symbolic")(*args)
-    return gm, [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
-
-
 def test_with_symbolic_sizes_a_rule_applies_where_it_costs_less_at_every_size():
     def branches(x, w1, w2):  # 2mkn multiply-adds against mkn, whatever m, k, n are
         return x @ w1 + x @ w2
@@ -155,7 +149,7 @@ def test_a_reassociation_applies_at_fixed_sizes_and_not_where_its_choice_depends
 
 
 def test_parallel_branches_share_one_product_at_every_batch_size_through_the_backend():
-    from ollie.cli.bench_models import ParallelLinears
+    from ollie.cli.bench_fragments import ParallelLinears
     torch.manual_seed(0)
     model = ParallelLinears(d=32).eval()
     backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))

@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ollie
-from graph_helpers import count, graph_of
+from graph_helpers import count, graph_of, symbolic_graph_of
 from ollie.capture import compilers, folding, graph_rules, substitution
-from ollie.cli.bench_models import GroupMatmulSlices, SlicesOneWeight
+from ollie.cli.bench_fragments import GroupMatmulSlices, SlicesOneWeight
 
 aten = torch.ops.aten
 
@@ -400,15 +400,6 @@ def test_products_split_by_symbolic_sizes_are_not_merged():
         return x1 @ w, x2 @ w
     gm, fakes = symbolic_graph_of(fn, torch.randn(5, 8), torch.randn(6, 8))
     assert graph_rules.substitute(gm, fakes) == (None, [])
-
-
-def symbolic_graph_of(fn, *args):
-    """``fn``'s ATen graph with every size of ``args`` a symbol (what ``fn`` closes over
-    keeps its sizes), and its fake inputs."""
-    gm = make_fx(fn, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*args)
-    fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
-    assert all(isinstance(d, torch.SymInt) for x in fakes for d in x.shape)
-    return gm, fakes
 
 
 def test_a_batch_norm_folds_into_a_convolution_of_images_of_any_size():
