@@ -1,8 +1,8 @@
 """Generated rules over graph operators. Written by ``ollie rules synthesize --graph``: do not edit,
 regenerate.
 
-From every term of up to 3 operators over mm, add, T, cat0, cat1 (``derivations.synthesis.graph``):
-3271 terms, 539 candidate rules, 37 kept after verification and pruning.
+From every term of up to 3 operators over mm, add, sub, T, cat0, cat1 (``derivations.synthesis.graph``):
+5073 terms, 1494 candidate rules, 47 kept after verification and pruning.
 
 One rule a row: ``lhs = rhs`` and the operand sizes it is proven for (every size of
 those symbols). ``ollie.capture.generated_rules`` applies each in the direction that costs less.
@@ -18,6 +18,8 @@ RULES = (
     ('cat1(mm(X, U), mm(X, W)) = mm(X, cat1(U, W))', 'U: a b, W: a d, X: e a'),
     ('mm(cat1(X, X), cat0(U, W)) = mm(X, add(U, W))', 'U: a b, W: a b, X: e a'),
     ('mm(cat1(X, Z), cat0(U, U)) = mm(add(X, Z), U)', 'U: a b, X: c a, Z: c a'),
+    ('sub(mm(X, U), mm(X, W)) = mm(X, sub(U, W))', 'U: a b, W: a b, X: e a'),
+    ('sub(mm(X, U), mm(Z, U)) = mm(sub(X, Z), U)', 'U: a b, X: c a, Z: c a'),
     ('T(cat0(T(U), X)) = cat1(U, T(X))', 'U: a b, X: c a'),
     ('T(cat0(X, T(U))) = cat1(T(X), U)', 'U: a b, X: c a'),
     ('T(cat1(T(X), U)) = cat0(X, T(U))', 'U: a b, X: c a'),
@@ -28,7 +30,10 @@ RULES = (
     ('cat0(T(U), T(W)) = T(cat1(U, W))', 'U: a b, W: a d'),
     ('cat1(T(U), T(V)) = T(cat0(U, V))', 'U: a b, V: c b'),
     ('mm(T(U), T(X)) = T(mm(X, U))', 'U: a b, X: c a'),
+    ('sub(T(U), T(W)) = T(sub(U, W))', 'U: a b, W: a b'),
     ('mm(cat1(X, Y), cat0(U, V)) = add(mm(X, U), mm(Y, V))', 'U: a b, V: c b, X: e a, Y: e c'),
+    ('mm(sub(Z, X), sub(U, W)) = mm(sub(X, Z), sub(W, U))', 'U: a b, W: a b, X: e a, Z: e a'),
+    ('mm(sub(Z, X), sub(W, U)) = mm(sub(X, Z), sub(U, W))', 'U: a b, W: a b, X: e a, Z: e a'),
     ('cat0(add(U, W), add(V, V)) = add(cat0(U, V), cat0(W, V))', 'U: a b, V: c b, W: a b'),
     ('cat0(add(V, V), add(U, W)) = add(cat0(V, U), cat0(V, W))', 'U: a b, V: c b, W: a b'),
     ('cat1(add(X, Z), add(Y, Y)) = add(cat1(X, Y), cat1(Z, Y))', 'X: a b, Y: a d, Z: a b'),
@@ -47,4 +52,9 @@ RULES = (
     ('cat1(cat0(U, W), cat0(W, U)) = cat0(cat1(U, W), cat1(W, U))', 'U: a b, W: a b'),
     ('mm(T(add(U, U)), W) = mm(T(U), add(W, W))', 'U: a b, W: a d'),
     ('mm(add(X, add(X, X)), U) = mm(X, add(U, add(U, U)))', 'U: a b, X: c a'),
+    ('mm(sub(X, add(X, X)), U) = mm(X, sub(U, add(U, U)))', 'U: a b, X: c a'),
+    ('sub(cat0(U, U), cat0(W, W)) = cat0(sub(U, W), sub(U, W))', 'U: a b, W: a b'),
+    ('sub(cat0(U, W), cat0(W, U)) = cat0(sub(U, W), sub(W, U))', 'U: a b, W: a b'),
+    ('sub(cat1(U, U), cat1(W, W)) = cat1(sub(U, W), sub(U, W))', 'U: a b, W: a b'),
+    ('sub(cat1(U, W), cat1(W, U)) = cat1(sub(U, W), sub(W, U))', 'U: a b, W: a b'),
 )

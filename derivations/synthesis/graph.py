@@ -1,7 +1,7 @@
 """TASO's generator over graph operators: identities between small graphs of matrix operators.
 
-The operators are TASO's linear ones on matrices: ``mm``, ``add``, ``T`` (transpose) and
-``cat0``/``cat1`` (concatenation along rows/columns; a graph with two outputs is the pieces of
+The operators are TASO's linear ones on matrices: ``mm``, ``add``, ``sub``, ``T`` (transpose)
+and ``cat0``/``cat1`` (concatenation along rows/columns; a graph with two outputs is the pieces of
 a concatenation, so ``cat1(mm(X, W), mm(X, U)) = mm(X, cat1(W, U))`` reads "the two products
 are the two pieces of one product"). Operands are matrices with symbolic sizes::
 
@@ -42,7 +42,7 @@ __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "veri
 VARS = {"X": ("m", "k"), "Z": ("m", "k"), "Y": ("m", "p"), "W": ("k", "n"), "U": ("k", "n"),
         "V": ("p", "n")}
 FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7}
-BINARY = ("mm", "add", "cat0", "cat1")
+BINARY = ("mm", "add", "sub", "cat0", "cat1")
 MAX_GRID = 400   # size assignments a proof may take; a rule needing more is not kept
 
 
@@ -79,7 +79,7 @@ def shape(t: tuple, typing: dict | None = None, unify=None) -> tuple | None:
     a, b = parts
     if op == "mm":
         return (a[0], b[1]) if same(a[1], b[0]) else None
-    if op == "add":
+    if op in ("add", "sub"):
         return a if same(a[0], b[0]) and same(a[1], b[1]) else None
     d = int(op[-1])  # cat0 / cat1
     if not same(a[1 - d], b[1 - d]):
@@ -120,6 +120,10 @@ def typing(rule: "GraphRule") -> dict[str, tuple[str, str]]:
 
 def size(t: tuple) -> int:
     return 0 if t[0] == "var" else 1 + sum(size(c) for c in t[1:])
+
+
+def _operators(t: tuple) -> set[str]:
+    return set() if t[0] == "var" else {t[0]}.union(*(_operators(c) for c in t[1:]))
 
 
 def variables(t: tuple) -> set[str]:
@@ -203,8 +207,8 @@ def _enumerate(max_size: int) -> dict[tuple, np.ndarray]:
         by_size[s] = []
         for t in made:
             t = canonical(t)
-            if t in value or shape(t) is None:
-                continue
+            if t in value or shape(t) is None or t[0] == "sub" and t[1] == t[2]:
+                continue  # (a term minus itself is a zero, which no graph computes)
             value[t] = _evaluate(t, value)
             by_size[s].append(t)
     return value
@@ -218,6 +222,8 @@ def _evaluate(t: tuple, value: dict) -> np.ndarray:
         return args[0] @ args[1]
     if t[0] == "add":
         return args[0] + args[1]
+    if t[0] == "sub":
+        return args[0] - args[1]
     return np.concatenate(args, axis=int(t[0][-1]))
 
 
@@ -268,6 +274,8 @@ def to_ir(t: tuple, sizes: dict[str, int], dims: dict = VARS):
         return ops.mm(*args)
     if t[0] == "add":
         return ops.add(*args)
+    if t[0] == "sub":
+        return ops.sub(*args)
     return ops.cat(args, int(t[0][-1]))
 
 
@@ -365,16 +373,19 @@ def synthesize(max_size: int = 3, progress=None) -> GraphSynthesis:
     candidates = sorted((GraphRule(m, c[0]) for c in _classes(value) for m in c[1:]),
                         key=_general_first)
     out.candidates = len(candidates)
+    proved: list[GraphRule] = []  # every rule kept so far, the sums' own ones too, to prune by
     for i, rule in enumerate(candidates):
         if progress:
             progress(i, len(candidates))
-        if _normal(rule.lhs, out.kept) == _normal(rule.rhs, out.kept):
+        if _normal(rule.lhs, proved) == _normal(rule.rhs, proved):
             continue
         rule, why = proven(rule)
         if rule is None:
             out.failed.append(f"{candidates[i]}: {why}")
-        else:
-            out.kept.append(rule)
+            continue
+        proved.append(rule)
+        if (_operators(rule.lhs) | _operators(rule.rhs)) - {"add", "sub"}:
+            out.kept.append(rule)  # (sums and differences alone: the region derivation's)
     out.seconds = time.perf_counter() - start
     return out
 
@@ -389,7 +400,7 @@ def render(syn: GraphSynthesis) -> str:
                    for r in syn.kept)
     return (f'"""Generated rules over graph operators. Written by ``ollie rules synthesize '
             f'--graph``: do not edit,\nregenerate.\n\nFrom every term of up to {syn.size} '
-            f'operators over mm, add, T, cat0, cat1 (``derivations.synthesis.graph``):\n'
+            f'operators over mm, add, sub, T, cat0, cat1 (``derivations.synthesis.graph``):\n'
             f'{syn.terms} terms, {syn.candidates} candidate rules, {len(syn.kept)} kept after '
             f'verification and pruning.\n\nOne rule a row: ``lhs = rhs`` and the operand sizes '
             f'it is proven for (every size of\nthose symbols). ``ollie.capture.generated_rules`'

@@ -10,7 +10,8 @@ inference graph whose W1, W2 are weights (two products and a sum become a concat
 one product), and stays as it is in training, where the weights' concatenation would be paid
 on every call; ``x @ W1 + x @ W2`` becomes ``x @ (W1 + W2)`` in both.
 
-The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor``; a 2-d
+The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor`` and
+``aten.sub.Tensor`` (without ``alpha``); a 2-d
 ``permute``, ``t`` or ``transpose``; ``aten.cat`` of two matrices. A sum is matched up to the
 order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
 (so a linear layer's bias is one more term, added back), and terms that are one view of
@@ -39,6 +40,7 @@ from derivations.synthesis import graph as graph_synthesis
 
 aten = torch.ops.aten
 WEIGHT = "ollie_weight"  # placeholder meta key: the value is a weight held fixed (foldable)
+ARITHMETIC = {"add": aten.add.Tensor, "sub": aten.sub.Tensor}  # (no alpha: kwargs are refused)
 
 
 def mark_weights(gm: fx.GraphModule, indices) -> None:
@@ -89,7 +91,7 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
     for n in list(graph.nodes):
         if n in used or n.op != "call_function" or _rank(n) < 0:
             continue
-        kinds = {op for op in ("mm", "add", "T", "cat0", "cat1") if _children(n, op)}
+        kinds = {op for op in ("mm", "add", "sub", "T", "cat0", "cat1") if _children(n, op)}
         for source, target, rule in _directions():
             if source[0] not in kinds:  # (a rule's root operator: most nodes match none)
                 continue
@@ -123,8 +125,8 @@ def _children(n, op: str) -> list | None:
         return None
     if op == "mm" and n.target == aten.mm.default:
         return list(n.args)
-    if op == "add" and n.target == aten.add.Tensor and all(isinstance(a, fx.Node)
-                                                          for a in n.args):
+    if op in ARITHMETIC and n.target == ARITHMETIC[op] and \
+            all(isinstance(a, fx.Node) for a in n.args):
         return list(n.args)
     if op == "T" and _rank(n) == 2 and (
             n.target == aten.t.default or
@@ -233,8 +235,8 @@ def _build(graph: fx.Graph, t: tuple, binding: dict) -> fx.Node:
         return graph.call_function(aten.permute.default, (args[0], [1, 0]))
     if t[0] == "mm":
         return graph.call_function(aten.mm.default, tuple(args))
-    if t[0] == "add":
-        return graph.call_function(aten.add.Tensor, tuple(args))
+    if t[0] in ARITHMETIC:
+        return graph.call_function(ARITHMETIC[t[0]], tuple(args))
     return graph.call_function(aten.cat.default, (args, int(t[0][-1])))
 
 
@@ -289,7 +291,7 @@ def _cost(t: tuple, binding: dict, constant: set) -> tuple:
             return shapes[0][::-1], fixed
         if t[0] == "mm":
             out = (shapes[0][0], shapes[1][1])
-        elif t[0] == "add":
+        elif t[0] in ARITHMETIC:
             out = shapes[0]
         else:
             d = int(t[0][-1])

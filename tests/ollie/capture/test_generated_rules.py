@@ -80,6 +80,17 @@ def test_without_weights_a_chain_keeps_its_cheaper_order():
     assert not any(a.startswith("generated") for a in applied), applied
 
 
+def test_a_difference_of_products_of_one_input_is_one_product_of_the_difference():
+    def fn(x, w1, w2):
+        return torch.relu(x @ w1 - x @ w2)
+    args = (torch.randn(4, 8), torch.randn(8, 5), torch.randn(8, 5))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: sub(mm(X, U), mm(X, W)) → mm(X, sub(U, W))"], applied
+    assert products(new) == 1
+    torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
 def test_a_product_used_elsewhere_is_not_merged_away():
     def fn(x, h, w1, w2):
         a = x @ w1
