@@ -62,6 +62,8 @@ class OllieBackend:
         self.eager_sizes: list[eager_or_compiled.EagerSizes] = []  # ... at these sizes
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
         self.frozen_graphs: set[int] = set()  # graphs whose weights Inductor froze in
+        # graph -> Ollie's adopted rewrite of its inference graph (what freezing compiles)
+        self.adopted: dict[int, torch.fx.GraphModule] = {}
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
         self.calls_skipped_directly = False  # a skipped function is called without Dynamo
         # this compile: whether its graph is a whole function of the user's (and so may be
@@ -113,12 +115,16 @@ class OllieBackend:
         if not (self.options.inductor and self.options.freeze):
             return compiled
         store = cache.Cache(self.options.cache_dir) if self.options.cache else None
-        key = eager_or_compiled.key(gm, example_inputs) + frozen.SUFFIX
+        # (a choice to freeze Ollie's rewrite is not one to freeze the original: a warm start
+        # that took Ollie's artifact from AOTAutograd's cache has only the original)
+        rewritten = self.adopted.pop(number, None)
+        key = eager_or_compiled.key(gm, example_inputs) + frozen.SUFFIX + \
+            ("-rewritten" if rewritten is not None else "")
         try:
             with real_computation():
                 artifact, note = frozen.frozen_or(gm, compiled, example_inputs, mutates, store,
                                                   key, self.options.measure_cap_s,
-                                                  compilers.INDUCTOR_CONFIG)
+                                                  compilers.INDUCTOR_CONFIG, rewritten)
         except DYNAMO_CONTROL:
             raise
         except Exception as e:  # freezing failed on this graph: the compile as it is
@@ -268,11 +274,14 @@ class OllieBackend:
             new = self._regions_or_substitutions(gm, new, example_inputs, report, kwargs)
         key = graph_pass.comparison_key(gm, example_inputs, report)
         stored = graph_pass.stored_comparison(key, report, self.options)
+        if weights and kwargs.get("is_inference") and self.options.freeze:
+            self.adopted[number] = rewrite.copy_graph(new)[0]  # (Inductor's passes edit new)
         graph, inputs, wrap = folding.with_folded_weights(new, example_inputs, kwargs, report)
         if stored is not None:  # measured before: compile only the winner
             report.adopted = stored
             self._announce(report)
             if not stored:
+                self.adopted.pop(number, None)
                 return compile_fx_inner(gm, example_inputs, **kwargs)
             if _kind(kwargs) == "inference":
                 chosen = size_branches.compiled_or_eager(graph, inputs, kwargs, wrap,
@@ -288,6 +297,7 @@ class OllieBackend:
         if not worth_compiling:
             give_output_strides(strides)
             self._announce(report)
+            self.adopted.pop(number, None)
             return original
         rewritten = wrap(compile_fx_inner(graph, inputs, **kwargs))
         with real_computation():
@@ -302,6 +312,7 @@ class OllieBackend:
         self._announce(report)
         if report.adopted:
             return rewritten
+        self.adopted.pop(number, None)
         take_output_strides()
         give_output_strides(strides)
         return original

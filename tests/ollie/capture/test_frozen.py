@@ -116,3 +116,43 @@ def test_a_graph_with_symbolic_sizes_is_not_frozen(monkeypatch):
             torch.testing.assert_close(compiled(x), model(x))
     assert not backend.frozen_graphs
     assert any("symbolic, and freezing" in n for n in backend.notes), backend.notes
+
+
+class ConvBranches(nn.Module):
+    """Two convolutions of one input, summed: Ollie's rewrite makes them one."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return torch.relu(self.a(x) + self.b(x))
+
+
+def test_freezing_compiles_ollie_s_rewrite_where_it_was_adopted(monkeypatch):
+    from ollie.capture import eager_or_compiled, graph_pass
+    monkeypatch.setattr(frozen_mod, "measure", _timed_as(1e-3, 2e-3))
+    monkeypatch.setattr(eager_or_compiled, "choose",
+                        lambda *a, **k: Decision(Outcome.NOT_FASTER))
+
+    def rewrite_wins(original, rewritten, example_inputs, report, *args, **kwargs):
+        report.timing = (2.0, 1.0)
+        return True
+    monkeypatch.setattr(graph_pass, "compare", rewrite_wins)
+    convolutions = []
+    compile_frozen = frozen_mod.compile_frozen
+
+    def spy(source, *args):
+        convolutions.append(sum(n.target == torch.ops.aten.convolution.default
+                                for n in source.graph.nodes))
+        return compile_frozen(source, *args)
+    monkeypatch.setattr(frozen_mod, "compile_frozen", spy)
+    torch.manual_seed(0)
+    model, x = ConvBranches().eval(), torch.randn(1, 4, 6, 6)
+    backend = ollie.OllieBackend(ollie.Options(cache=False))
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        assert convolutions == [1] and backend.frozen_graphs == {1}, backend.notes
+        model.b.weight.mul_(2.0)  # the summed weight it froze is stale: the unfrozen compile
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
