@@ -12,7 +12,8 @@
 
 ``ollie rules synthesize`` runs it; ``derivations.rules.synthesized`` loads the result as an
 egglog ruleset. The same verifier checks every hand-written rule (test_rule_soundness).
-``graph.py`` is the same generator over graph operators (``mm``, ``add``, transpose, ``cat``):
+``graph.py`` is the same generator over graph operators (``mm``, ``add``, ``sub``, transpose,
+``cat``; their terms in ``graph_terms.py``):
 ``ollie rules synthesize --graph`` writes ``derivations/rules/graph_generated.py``, which
 ``ollie.capture.generated_rules`` applies to whole ATen graphs. See docs/rules.md.
 """

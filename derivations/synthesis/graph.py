@@ -17,13 +17,14 @@ The stages are the point-free generator's (``derivations.synthesis``), for graph
                   at every size of ``proof_sizes`` (why they prove every size: there)
     prune         a rule whose sides the smaller kept rules rewrite to one term is dropped
 
-``ollie rules synthesize --graph`` writes the kept rules to ``derivations/rules/graph_generated.py``;
+The terms themselves (operators, shapes, most general typing, text, canonical form) are
+``graph_terms``'s. ``ollie rules synthesize --graph`` writes the kept rules to
+``derivations/rules/graph_generated.py``;
 ``ollie.capture.generated_rules`` matches them in ATen graphs.
 """
 from __future__ import annotations
 
 import itertools
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,161 +34,16 @@ import numpy as np
 from ir import ops
 from ir.nodes import Tensor
 
+from derivations.synthesis.graph_terms import (BINARY, VARS, GraphRule, canonical, operators,
+                                               parse, shape, size, to_text, typing, variables)
 from derivations.synthesis.verify import compare_exact
 
 __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
            "proof_sizes", "consistent", "proven", "typing", "GraphSynthesis", "render",
            "parse_rule", "loaded_rules", "untransposed", "GRAPH_PATH"]
 
-VARS = {"X": ("m", "k"), "Z": ("m", "k"), "Y": ("m", "p"), "W": ("k", "n"), "U": ("k", "n"),
-        "V": ("p", "n")}
 FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7}
-BINARY = ("mm", "add", "sub", "cat0", "cat1")
 MAX_GRID = 400   # size assignments a proof may take; a rule needing more is not kept
-
-
-@dataclass(frozen=True)
-class GraphRule:
-    lhs: tuple
-    rhs: tuple
-    sizes: tuple = ()   # (operand, (symbol, symbol)) pairs it is proven for; VARS if empty
-
-    @property
-    def dims(self) -> dict[str, tuple[str, str]]:
-        return dict(self.sizes) or {v: VARS[v] for v in variables(self.lhs) | variables(
-            self.rhs)}
-
-    def __str__(self) -> str:
-        return f"{to_text(self.lhs)} = {to_text(self.rhs)}"
-
-
-# -- terms ---------------------------------------------------------------------------------------
-def shape(t: tuple, typing: dict | None = None, unify=None) -> tuple | None:
-    """The term's shape as two sizes, each the tuple of symbols it adds up, in order
-    (``cat0(X, Z)`` has ``(("m", "m"), ("k",))``); None if ill-shaped. ``typing`` gives the
-    operands' symbols (``VARS`` by default); ``unify(a, b)``, where given, is told the sizes
-    that must agree and answers whether they can."""
-    same = unify or (lambda a, b: a == b)
-    op = t[0]
-    if op == "var":
-        return tuple((s,) for s in (typing or VARS)[t[1]])
-    parts = [shape(c, typing, unify) for c in t[1:]]
-    if any(p is None for p in parts):
-        return None
-    if op == "T":
-        return parts[0][1], parts[0][0]
-    a, b = parts
-    if op == "mm":
-        return (a[0], b[1]) if same(a[1], b[0]) else None
-    if op in ("add", "sub"):
-        return a if same(a[0], b[0]) and same(a[1], b[1]) else None
-    d = int(op[-1])  # cat0 / cat1
-    if not same(a[1 - d], b[1 - d]):
-        return None
-    return (a[0] + b[0], a[1]) if d == 0 else (a[0], a[1] + b[1])
-
-
-def typing(rule: "GraphRule") -> dict[str, tuple[str, str]]:
-    """The most general sizes of the rule's operands: each gets its own symbols, made equal
-    only where an operator needs them equal on either side (piece by piece along a
-    concatenation), so that a rule found with ``W, U: (k, n)`` applies to ``W, U`` of any
-    two row counts where it does not need them equal."""
-    names = sorted(variables(rule.lhs) | variables(rule.rhs))
-    fresh = {v: (f"{v}0", f"{v}1") for v in names}
-    parent: dict[str, str] = {}
-
-    def find(x):
-        while parent.get(x, x) != x:
-            x = parent[x]
-        return x
-
-    def unify(a, b):
-        if len(a) != len(b):
-            return False
-        for x, y in zip(a, b):
-            parent[find(x)] = find(y)
-        return True
-
-    left, right = shape(rule.lhs, fresh, unify), shape(rule.rhs, fresh, unify)
-    if left is None or right is None or not (unify(left[0], right[0]) and
-                                             unify(left[1], right[1])):
-        return {v: VARS[v] for v in names}
-    roots: dict[str, str] = {}
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    return {v: tuple(roots.setdefault(find(x), next(letters)) for x in fresh[v])
-            for v in names}
-
-
-def size(t: tuple) -> int:
-    return 0 if t[0] == "var" else 1 + sum(size(c) for c in t[1:])
-
-
-def _operators(t: tuple) -> set[str]:
-    return set() if t[0] == "var" else {t[0]}.union(*(_operators(c) for c in t[1:]))
-
-
-def variables(t: tuple) -> set[str]:
-    return {t[1]} if t[0] == "var" else set().union(*(variables(c) for c in t[1:]))
-
-
-def to_text(t: tuple) -> str:
-    return t[1] if t[0] == "var" else f"{t[0]}({', '.join(to_text(c) for c in t[1:])})"
-
-
-_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|[(),])")
-
-
-def parse(text: str) -> tuple:
-    """A term from its text (``mm(cat1(X, Y), cat0(W, V))``); ValueError names what is wrong."""
-    tokens = [m for m in _TOKEN.findall(text)]
-    if "".join(tokens) != re.sub(r"\s+", "", text):
-        raise ValueError(f"cannot read graph term {text!r}")
-    pos = 0
-
-    def term():
-        nonlocal pos
-        name = tokens[pos]
-        pos += 1
-        if name in VARS:
-            return ("var", name)
-        if name not in BINARY + ("T",) or pos >= len(tokens) or tokens[pos] != "(":
-            raise ValueError(f"{name!r} in {text!r} is neither an operand nor an operator")
-        pos += 1
-        args = [term()]
-        while tokens[pos] == ",":
-            pos += 1
-            args.append(term())
-        if tokens[pos] != ")" or len(args) != (1 if name == "T" else 2):
-            raise ValueError(f"{name} takes {1 if name == 'T' else 2} operands in {text!r}")
-        pos += 1
-        return (name, *args)
-
-    try:
-        t = term()
-    except IndexError:
-        raise ValueError(f"{text!r} ends early") from None
-    if pos != len(tokens) or shape(t) is None:
-        raise ValueError(f"{text!r} is not one well-shaped term")
-    return t
-
-
-def canonical(t: tuple) -> tuple:
-    """``t`` with its sums and concatenations nested to the right, a sum's operands in one
-    order: terms that differ only by the associativity of ``add`` and ``cat`` and the
-    commutativity of ``add`` are one term (its children already canonical)."""
-    if t[0] not in ("add", "cat0", "cat1"):
-        return t
-    operands = _chain(t, t[0])
-    if t[0] == "add":
-        operands.sort(key=to_text)
-    out = operands[-1]
-    for o in reversed(operands[:-1]):
-        out = (t[0], o, out)
-    return out
-
-
-def _chain(t: tuple, op: str) -> list[tuple]:
-    return [o for c in t[1:] for o in _chain(c, op)] if t[0] == op else [t]
 
 
 # -- enumerate and fingerprint -------------------------------------------------------------------
@@ -384,7 +240,7 @@ def synthesize(max_size: int = 3, progress=None) -> GraphSynthesis:
             out.failed.append(f"{candidates[i]}: {why}")
             continue
         proved.append(rule)
-        if (_operators(rule.lhs) | _operators(rule.rhs)) - {"add", "sub"}:
+        if (operators(rule.lhs) | operators(rule.rhs)) - {"add", "sub"}:
             out.kept.append(rule)  # (sums and differences alone: the region derivation's)
     out.seconds = time.perf_counter() - start
     return out
