@@ -70,6 +70,8 @@ def _key(t) -> tuple | None:
             t.target == aten.convolution.default and len(t.users) == 1 and "val" in t.meta):
         return None
     x, w, _, stride, padding, dilation, transposed, _, groups = t.args
+    if not (isinstance(w, fx.Node) and "val" in w.meta):  # (a weight made this round)
+        return None
     kernel = tuple(w.meta["val"].shape[2:])
     if transposed or any(d != 1 for d in dilation) or \
             any(not isinstance(k, int) or (k - 1) % 2 for k in kernel) or \
