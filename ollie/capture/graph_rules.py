@@ -43,7 +43,8 @@ class Rule:
     math: str
     kind: str            # "merge" (several contractions become one), "fold" (an affine map
                          # into a contraction's operands, ``affine_fold``), "generated"
-                         # (``generated_rules``) or "simplify"
+                         # (``generated_rules``), "orchestrate" (what is written to memory,
+                         # ``orchestration``) or "simplify"
     default: bool = True
 
 
@@ -73,6 +74,10 @@ RULES = [
          "``ollie rules synthesize --graph``), in the direction that costs less: x@W1 + h@W2 = "
          "cat(x, h; 1) @ cat(W1, W2; 0) where W1, W2 are weights  (``generated_rules``)",
          "generated"),
+    Rule("orchestrate", "which elementwise values are written to memory and which computed "
+         "again in each kernel that reads them: Korch's binary program over candidate kernels, "
+         "measured op costs, under Inductor on the CPU  (``orchestration``, last)",
+         "orchestrate"),
     Rule("tiling_cat", "cat(x[pieces that tile x along d]; d) = x", "simplify"),
     Rule("tiling_sum", "x[0] + x[1] + … + x[n-1] (the selects along d) = x.sum(d)", "simplify"),
     Rule("transposed_cat", "cat(A1ᵀ, A2ᵀ; 1) = cat(A1, A2; 0)ᵀ", "simplify"),
@@ -97,10 +102,13 @@ class Merge:
     out_dim: int
 
 
-def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | None, list[str]]:
+def substitute(gm: fx.GraphModule, example_inputs, inductor: bool = False
+               ) -> tuple[fx.GraphModule | None, list[str]]:
     """A copy of ``gm`` with the graph substitutions applied, and a line per substitution
-    (None and [] when none applies)."""
-    from ollie.capture import affine_fold, conv_sums, generated_rules, matrix_views, rewrite
+    (None and [] when none applies); ``inductor``: Inductor compiles it (what to write to
+    memory is a choice only there)."""
+    from ollie.capture import affine_fold, conv_sums, generated_rules, matrix_views, \
+        orchestration, rewrite
     symbolic = _symbolic(gm)
     new, _ = rewrite.copy_graph(gm)
     # views merged since the last finish; einsum's products read as matrix products
@@ -126,6 +134,9 @@ def substitute(gm: fx.GraphModule, example_inputs) -> tuple[fx.GraphModule | Non
         applied += done
         rewrite.finish(new, example_inputs)  # fresh meta["val"] for the next round's matches
         unfinished = 0
+    if inductor and "orchestrate" in ON:  # (on the final graph: the merges change its loops)
+        orchestrated = orchestration.orchestrate_graph(new.graph)
+        applied, unfinished = applied + orchestrated, unfinished + len(orchestrated)
     if not applied:
         return None, []
     if _keep_output_layouts(gm, new) + unfinished:  # (a whole-graph finish costs ~0.5 s)

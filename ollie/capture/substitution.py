@@ -76,7 +76,7 @@ def substitute(gm, original, example_inputs, report, inductor: bool) -> fx.Graph
     folded into a convolution) are not kept: Inductor fuses that elementwise work into one
     kernel in either form, and judging them would take a second compile."""
     try:
-        new, applied = graph_rules.substitute(gm, example_inputs)
+        new, applied = graph_rules.substitute(gm, example_inputs, inductor)
     except Exception as e:  # a rule that does not fit this graph: the graph as it is
         report.left.append(("graph substitutions", "", f"not applied: {first_line(e)}"))
         return None

@@ -213,3 +213,21 @@ class WeightChain(nn.Module):
 
     def forward(self, x):
         return torch.tanh(x @ self.w[0] @ self.w[1] @ self.w[2])
+
+
+class RowColumnSums(nn.Module):
+    """A costly elementwise value summed over rows and over columns: Inductor computes it
+    again in each sum; Korch's program writes it once (``orchestrate``)."""
+
+    def forward(self, x):
+        y = torch.sin(x) * torch.cos(2 * x)
+        return torch.cat([y.sum(0), y.sum(1)])
+
+
+class DoublyNormalised(nn.Module):
+    """An elementwise value divided by its row sums and by its column sums (one step of a
+    Sinkhorn-style normalisation): read by two reductions and the output's loop."""
+
+    def forward(self, x):
+        e = torch.cos(x) ** 2 + 1
+        return e / e.sum(1, keepdim=True) + e / e.sum(0, keepdim=True)

@@ -4,7 +4,8 @@ A ResNet-18 with batch norm, a MobileNet-v3-like network (depthwise convolutions
 squeeze-and-excitation, hard-swish), a ResNeXt block (grouped convolution), a stack of BERT
 layers, a GPT-2 block, an MLP-Mixer, an unrolled RNN cell (each in eval mode at batch 1) and a
 low-rank projection (two linear layers, batch 256), with random weights; and the fragments
-of ``bench_fragments``, two spellings of each graph substitution family. They show what
+of ``bench_fragments``, two spellings of each graph substitution family (and of the
+materialisation Korch's program chooses). They show what
 Ollie does on ordinary model code: its speed against eager and torch.compile, and
 (``--first-call``) its compile time against torch.compile's, each in a fresh process with
 fresh caches.
@@ -21,7 +22,7 @@ from ollie.cli.bench_fragments import (
     QKVLinears, GateProducts, Inception1x1, ConvBranches, RepVGGBlock, SlicesOneWeight,
     SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears, GroupMatmulSlices,
     TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears, ParallelMatmuls,
-    WeightChain)
+    WeightChain, RowColumnSums, DoublyNormalised)
 from ollie.cli.bench_suite import Case, _inputs
 
 
@@ -278,5 +279,9 @@ CASES = [
          _model(GroupLinears, 64, 256)),
     Case("group_matmul_slices", "a matmul per column slice, 8 groups of 32, batch 64",
          _model(GroupMatmulSlices, 64, 256)),
+    Case("row_column_sums", "sin(x)·cos(2x) summed over rows and over columns, 2048×2048",
+         _model(RowColumnSums, 2048, 2048)),
+    Case("doubly_normalised", "cos(x)²+1 over its row sums plus over its column sums, "
+         "2048×2048", _model(DoublyNormalised, 2048, 2048)),
 ]
 BY_NAME = {c.name: c for c in CASES}
