@@ -43,6 +43,7 @@ VIEWS = frozenset({aten.view, aten._unsafe_view, aten.reshape, aten.permute, ate
 MAX_CHOICES = 4        # choices enumerated in one loop (2**4 candidates); beyond: all or none
 MAX_KERNELS = 12       # candidate kernels compiled and timed for one graph (about 1 s each)
 MIN_LOOP = 1 << 16     # a choice matters where a loop reading it has this many elements
+MIN_BROADCAST = 1024   # and a value broadcast into a larger loop has this many
 MIN_SAVING_S = 20e-6   # a saving under this does not pay for a second compile
 
 
@@ -55,15 +56,18 @@ def orchestrate_graph(graph: fx.Graph) -> list[str]:
     if sum(len(loops.candidates(root)) for root in loops.roots()) > MAX_KERNELS:
         return []
     costs = _Costs(loops)
-    kernels = [k for root in loops.roots() for k in costs.candidates(root)]
-    chosen = orchestrate(kernels, loops.required | loops.reductions)
-    if chosen is None:
+    try:
+        kernels = [k for root in loops.roots() for k in costs.candidates(root)]
+        chosen = orchestrate(kernels, loops.deciding)
+        if chosen is None:
+            return []
+        written = {k.root for k in chosen} & loops.choices
+        inductor = loops.inductor_writes()
+        if written == inductor:
+            return []
+        ours, theirs = costs.plan(written), costs.plan(inductor)
+    except Exception:  # a candidate Inductor cannot compile alone: Inductor's choice stands
         return []
-    written = {k.root for k in chosen} & loops.choices
-    inductor = loops.inductor_writes()
-    if written == inductor:
-        return []
-    ours, theirs = costs.plan(written), costs.plan(inductor)
     if ours > ADOPTION_MARGIN * theirs or theirs - ours < MIN_SAVING_S:
         return []
     saving = f"kernels timed alone: {theirs * 1e3:.3f} -> {ours * 1e3:.3f} ms"
@@ -94,16 +98,22 @@ class _Loops:
                 for x in n.all_input_nodes:
                     self.required |= self._through_views(x)
         self.memory = {n for n, k in self.kind.items() if k in ("input", "call")}
+        # the kernels every plan has, and the elementwise values each computes inlined
+        inlined = {r: self.loop(r, set())[0] - {r}
+                   for r in sorted(self.required | self.reductions, key=self.order.get)}
         self.choices = {n for n in graph.nodes if self.kind[n] == "pointwise" and
-                        n not in self.required and (len(n.users) > 1 or self._broadcast(n))
-                        and max(map(self.size, self._readers(n))) >= MIN_LOOP}
+                        n not in self.required and self._is_choice(n, [
+                            r for r, computed in inlined.items() if n in computed])}
+        self.deciding = {r for r, computed in inlined.items() if computed & self.choices}
 
     def tensors(self):
         return (n.meta["val"] for n in self.order if self.kind[n] != "output" and
                 isinstance(n.meta.get("val"), torch.Tensor))
 
     def roots(self) -> list[fx.Node]:
-        return sorted(self.required | self.reductions | self.choices, key=self.order.get)
+        """The tensors whose kernels depend on the choices: the choices' own, and those of
+        the kernels every plan has that compute a choice inlined."""
+        return sorted(self.deciding | self.choices, key=self.order.get)
 
     def loop(self, root: fx.Node, written: set) -> tuple[set, set]:
         """What ``root``'s kernel computes (its elementwise ops and views) and what it reads
@@ -157,6 +167,21 @@ class _Loops:
             n = n.args[0]
         return {n} if self.kind.get(n) == "pointwise" else set()
 
+    def _is_choice(self, n: fx.Node, kernels: list[fx.Node]) -> bool:
+        """Whether ``n``, computed inlined in ``kernels``, is worth a choice: where its
+        readers branch, two of the kernels compute it, or its reader loops over more
+        elements than it has (a broadcast); and a loop is large enough to matter. A
+        broadcast value must have some size too: a normalisation's per-channel scale costs a
+        multiply per element, recomputed."""
+        sizes = [self.size(k) for k in kernels]
+        if max(sizes, default=0) < MIN_LOOP:
+            return False
+        if len(n.users) > 1 and len(kernels) > 1:
+            return True
+        return _numel(n) >= MIN_BROADCAST and any(
+            self.kind[u] in ("pointwise", "reduction") and self.size(u) > _numel(n)
+            for u in self._readers(n))
+
     def _readers(self, n: fx.Node) -> list[fx.Node]:
         """The nodes that read ``n``, through views."""
         readers, todo = [], list(n.users)
@@ -164,14 +189,9 @@ class _Loops:
             u = todo.pop()
             if self.kind[u] == "view":
                 todo.extend(u.users)
-            elif self.kind[u] != "output":
+            else:
                 readers.append(u)
         return readers
-
-    def _broadcast(self, n: fx.Node) -> bool:
-        """Whether a kernel reading ``n`` loops over more elements than it has."""
-        return any(self.kind[u] in ("pointwise", "reduction") and self.size(u) > _numel(n)
-                   for u in self._readers(n))
 
 
 class _Costs:
@@ -195,7 +215,7 @@ class _Costs:
     def plan(self, written: set) -> float:
         """The time of the graph's kernels where the ``written`` choices are written."""
         return sum(self.kernel(root, *self.loops.loop(root, written - {root}))
-                   for root in self.loops.required | self.loops.reductions | written)
+                   for root in self.loops.deciding | written)
 
 
 def _time_kernel(root: fx.Node, computed: set, reads: set, position) -> float:
@@ -225,6 +245,8 @@ def _kind(n: fx.Node) -> str:
     if n.op != "call_function" or not isinstance(n.meta.get("val"), torch.Tensor):
         return "input"
     tags = getattr(n.target, "tags", ())
+    if torch.Tag.nondeterministic_seeded in tags:  # a random draw is never computed twice
+        return "call"
     if torch.Tag.pointwise in tags or n.target is aten._to_copy.default:
         return "pointwise"
     if getattr(n.target, "overloadpacket", None) in VIEWS:

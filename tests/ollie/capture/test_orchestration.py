@@ -92,9 +92,9 @@ def test_the_backend_adopts_the_written_value_at_every_size_and_in_training():
         y = torch.sin(x * w) * torch.cos(x)
         return (y.sum(0) ** 2).sum() + (y.sum(1) ** 2).sum()
     compiled = ollie.optimize(fn)
-    w = torch.randn(768, requires_grad=True)
-    for n in (512, 640):  # the second size compiles a graph of symbolic sizes
-        x = torch.randn(n, 768)
+    w = torch.randn(1024, requires_grad=True)
+    for n in (1024, 1280):  # the second size compiles a graph of symbolic sizes
+        x = torch.randn(n, 1024)
         got = compiled(x, w)
         got.backward()
         grad, w.grad = w.grad, None
