@@ -231,7 +231,9 @@ def _time_kernel(root: fx.Node, computed: set, reads: set, position) -> float:
         env[n] = graph.node_copy(n, lambda a: env[a])
     graph.output((env[root],))
     inputs = sample_like([n.meta["val"] for n in sorted(reads, key=position)])
-    with torch.no_grad():
+    # outside the tracing context of the graph being compiled: its fake mode would give
+    # these real inputs size symbols its guards cannot name
+    with torch.no_grad(), torch._guards.tracing(None):
         compiled = compile_fx(fx.GraphModule({}, graph), inputs)
         return measure.measure(lambda: compiled(*inputs), repeat=15, time_cap_s=0.2).median
 

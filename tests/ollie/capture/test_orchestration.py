@@ -105,3 +105,22 @@ def test_the_backend_adopts_the_written_value_at_every_size_and_in_training():
         w.grad = None
     text = str(compiled.explain())
     assert text.count("orchestrate: ") >= 2, text  # the forward graphs of both sizes
+
+
+@pytest.mark.slow
+def test_timing_candidates_leaves_the_guards_of_the_graph_being_compiled_alone(monkeypatch):
+    def fn(x):  # (its candidates' sizes once became size symbols no guard could name)
+        y = torch.sin(x) * torch.sin(x * 0.5)
+        return y.sum((0, 1)), y.sum(2)
+    timed = []
+    time_kernel = orchestration._time_kernel
+    monkeypatch.setattr(orchestration, "_time_kernel",
+                        lambda *a: timed.append(a[0]) or time_kernel(*a))
+    x = torch.randn(8, 256, 512)
+    compiled = ollie.optimize(fn)
+    for got, want in zip(compiled(x), fn(x)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+    assert timed  # the candidates were compiled and timed inside the backend
+    x = torch.randn(8, 256, 512)
+    for got, want in zip(compiled(x), fn(x)):  # the guards hold: no recompile, no error
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
