@@ -9,12 +9,13 @@ generator's (``derivations/rules/graph_generated.py``, applied by ``generated_ru
 
 ``substitute`` reads einsum's products of one batch as matrix products
 (``ollie.capture.matrix_views``), then applies the rules to a copy of the graph until nothing
-changes, after the
-regions' programs are spliced in (``ollie.capture.graph_pass`` says why, and keeps the
-substitutions on the original graph as an alternative); ``rolled_sum`` is the exception,
-applied first by ``ollie.capture.rolling``. Every rule is an identity
-for all values (the numerics contract); what the substitutions do is still checked on sample
-inputs (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
+changes, after the regions' programs are spliced in (``ollie.capture.graph_pass`` says why,
+and keeps the substitutions on the original graph as an alternative); ``rolled_sum`` is the
+exception, applied first by ``ollie.capture.rolling``, and ``orchestrate`` runs last, under
+Inductor (which elementwise values the final graph writes to memory:
+``ollie.capture.orchestration``). Every rule is an identity for all values (the numerics
+contract); what the substitutions do is still checked on sample inputs
+(``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
 With symbolic sizes (Dynamo's SymInts), merges and folds apply where the sizes they
 concatenate, split or scale by are fixed (three projections of a batch of any length, a
 batch norm after a convolution of images of any size); generated rules where they cost less
