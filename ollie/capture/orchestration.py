@@ -222,7 +222,7 @@ class _Costs:
 def _time_kernel(root: fx.Node, computed: set, reads: set, position) -> float:
     """The seconds Inductor's compile of ``root``'s loop (``computed`` from ``reads``)
     takes on sample data."""
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx_inner
 
     graph, env = fx.Graph(), {}
     for n in sorted(reads, key=position):
@@ -235,8 +235,9 @@ def _time_kernel(root: fx.Node, computed: set, reads: set, position) -> float:
     # outside the tracing context of the graph being compiled: its fake mode would give
     # these real inputs size symbols its guards cannot name
     with torch.no_grad(), torch._guards.tracing(None):
-        compiled = compile_fx(fx.GraphModule({}, graph), inputs)
-        return measure.measure(lambda: compiled(*inputs), repeat=15, time_cap_s=0.2).median
+        compiled = compile_fx_inner(fx.GraphModule({}, graph), inputs)
+        return measure.measure(lambda: compiled(list(inputs)), repeat=15,
+                               time_cap_s=0.2).median
 
 
 def _kind(n: fx.Node) -> str:
