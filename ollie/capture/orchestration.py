@@ -98,7 +98,6 @@ class _Loops:
             if self.kind[n] in ("call", "output"):
                 for x in n.all_input_nodes:
                     self.required |= self._through_views(x)
-        self.memory = {n for n, k in self.kind.items() if k in ("input", "call")}
         # the kernels every plan has, and the elementwise values each computes inlined
         inlined = {r: self.loop(r, set())[0] - {r}
                    for r in sorted(self.required | self.reductions, key=self.order.get)}
@@ -119,13 +118,13 @@ class _Loops:
     def loop(self, root: fx.Node, written: set) -> tuple[set, set]:
         """What ``root``'s kernel computes (its elementwise ops and views) and what it reads
         from memory, where ``written`` (and what is always in memory) is there to read."""
-        stop = self.memory | self.required | self.reductions | written
         computed, reads, todo = {root}, set(), list(root.all_input_nodes)
         while todo:
             n = todo.pop()
             if n in computed or n in reads:
                 continue
-            if n in stop or self.kind[n] not in ("pointwise", "view"):
+            if n in written or n in self.required or n in self.reductions or \
+                    self.kind[n] not in ("pointwise", "view"):
                 reads.add(n)
             else:
                 computed.add(n)
