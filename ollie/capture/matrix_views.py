@@ -9,8 +9,9 @@ rules (generated and hand-written) match:
 
 A chain is followed only through pure reindexings (view, reshape, permute, transpose,
 unsqueeze, squeeze); what it does to indices is read exactly from the shape, strides and
-offset it gives a contiguous tensor of M's sizes on the meta device (views are defined on
-logical indices, so the layout of M itself does not matter). Sizes must be fixed.
+offset it gives a contiguous fake tensor of M's sizes (views are defined on logical indices,
+so the layout of M itself does not matter). Sizes may be symbols: the strides must then be
+M's (or Mᵀ's) for every value of them.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from contextlib import nullcontext
 import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 aten = torch.ops.aten
 REINDEXING = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
@@ -31,15 +33,14 @@ def normalise(graph: fx.Graph) -> int:
     """Apply both identities; how many nodes were replaced."""
     changed = 0
     for n in list(graph.find_nodes(op="call_function", target=aten.bmm.default)):
-        if _static(n) and n.meta["val"].shape[0] == 1 and not n.kwargs:
+        if _matrices(n, 3) and n.meta["val"].shape[0] == 1 and not n.kwargs:
             with graph.inserting_before(n):
                 p, q = (_call(graph, aten.squeeze.dim, (a, 0)) for a in n.args)
                 n.replace_all_uses_with(
                     _call(graph, aten.unsqueeze.default, (_call(graph, aten.mm.default, (p, q)), 0)))
             changed += 1
     for n in list(graph.nodes):
-        if n.op == "call_function" and n.target in REINDEXING and n.users and _static(n) and \
-                n.meta["val"].dim() == 2:
+        if n.op == "call_function" and n.target in REINDEXING and n.users and _matrices(n, 2):
             changed += _collapse(graph, n)
     if changed:
         graph.eliminate_dead_code()
@@ -54,19 +55,20 @@ def _collapse(graph: fx.Graph, n: fx.Node) -> int:
             source.target in REINDEXING:
         chain.append(source)
         source = source.args[0]
-    if len(chain) < 2 or not (isinstance(source, fx.Node) and _static(source)) or \
-            source.meta["val"].dim() != 2:
+    if len(chain) < 2 or not _matrices(source, 2):
         return 0
     rows, cols = source.meta["val"].shape
     try:
-        t = torch.empty(rows, cols, device="meta")
-        for v in reversed(chain):
-            target = aten.view.default if v.target in (aten.reshape.default,
-                                                        aten._unsafe_view.default) else v.target
-            t = target(t, *v.args[1:], **v.kwargs)  # (a reshape that would copy raises here)
+        with detect_fake_mode([source.meta["val"]]) or nullcontext():
+            t = torch.empty(rows, cols, device="meta")
+            for v in reversed(chain):
+                target = aten.view.default if v.target in (
+                    aten.reshape.default, aten._unsafe_view.default) else v.target
+                args = fx.node.map_arg(v.args[1:], lambda a: a.meta["val"])
+                t = target(t, *args, **v.kwargs)  # (a reshape that would copy raises here)
     except RuntimeError:
         return 0
-    if t.storage_offset() != 0:
+    if not statically_known_true(t.storage_offset() == 0):
         return 0
     if _strides_are(t, (rows, cols), (cols, 1)):
         n.replace_all_uses_with(source)
@@ -79,13 +81,18 @@ def _collapse(graph: fx.Graph, n: fx.Node) -> int:
 
 
 def _strides_are(t: torch.Tensor, shape: tuple, strides: tuple) -> bool:
-    return tuple(t.shape) == shape and all(
-        size == 1 or a == b for size, a, b in zip(shape, t.stride(), strides))
+    """Whether ``t`` has this shape and these strides (where a size is not 1) for every
+    value of the size symbols (no guard is added)."""
+    return len(t.shape) == len(shape) and all(
+        statically_known_true(a == b) for a, b in zip(t.shape, shape)) and all(
+        statically_known_true(size == 1) or statically_known_true(a == b)
+        for size, a, b in zip(shape, t.stride(), strides))
 
 
-def _static(n) -> bool:
+def _matrices(n, dim: int) -> bool:
+    """Whether ``n`` is a node with a fake tensor of ``dim`` dimensions."""
     val = n.meta.get("val") if isinstance(n, fx.Node) else None
-    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
+    return isinstance(val, torch.Tensor) and val.dim() == dim
 
 
 def _call(graph: fx.Graph, target, args: tuple) -> fx.Node:

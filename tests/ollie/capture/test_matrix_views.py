@@ -2,7 +2,7 @@
 (``ollie.capture.matrix_views``)."""
 import torch
 
-from graph_helpers import count, graph_of
+from graph_helpers import count, graph_of, symbolic_graph_of
 from ollie.capture import generated_rules, graph_rules, matrix_views
 
 aten = torch.ops.aten
@@ -59,3 +59,24 @@ def test_a_product_of_several_batches_stays_batched():
     gm, _ = graph_of(fn, torch.randn(2, 3, 4), torch.randn(2, 4, 5))
     matrix_views.normalise(gm.graph)
     assert count(gm, aten.bmm.default) == 1 and count(gm, aten.mm.default) == 0
+
+
+def test_at_symbolic_sizes_the_einsum_reads_as_matrix_products_without_a_guard():
+    gm, fakes = symbolic_graph_of(einsum_chain, torch.randn(6, 5), torch.randn(5, 4),
+                                  torch.randn(4, 3))
+    shape_env = fakes[0].shape[0].node.shape_env
+    guards = len(shape_env.guards)
+    assert matrix_views.normalise(gm.graph) > 0
+    assert len(shape_env.guards) == guards  # it holds for every size, not the sampled one
+    gm.recompile()
+    assert count(gm, aten.bmm.default) == 0 and count(gm, aten.mm.default) == 2
+    for b, i, j, k in [(6, 5, 4, 3), (9, 2, 7, 5)]:
+        args = (torch.randn(b, i), torch.randn(i, j), torch.randn(j, k))
+        torch.testing.assert_close(gm(*args), einsum_chain(*args))
+
+
+def test_at_symbolic_sizes_a_reshape_that_is_the_matrix_only_at_some_sizes_is_kept():
+    def fn(x):  # x.T's sizes, read in x's order: x itself only where a side is 1
+        return x.unsqueeze(0).reshape(x.shape[1], x.shape[0]).exp()
+    gm, _ = symbolic_graph_of(fn, torch.randn(6, 4))
+    assert matrix_views.normalise(gm.graph) == 0
