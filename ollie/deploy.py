@@ -69,7 +69,8 @@ def _rewritten(ep, options: Options, report: list | None) -> fx.GraphModule:
     with torch.no_grad(), size_branches.real_computation(), \
             progress.progress(options.progress) as show:
         new, graph_report = graph_pass.rewrite_graph(
-            gm, fakes, options, "exported graph", compilers.decompositions(), show)
+            gm, fakes, options, "exported graph", compilers.decompositions(), show,
+            portable=True)
         if new is not None:
             graph_report.adopted = _faster_when_compiled(gm, new, fakes, graph_report, options)
     line = f"ollie: {graph_line(graph_report)}"

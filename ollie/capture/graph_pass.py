@@ -77,9 +77,10 @@ def sample_values(gm: fx.GraphModule, inputs: list, wanted: set) -> dict:
 
 
 def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
-                  decompositions: dict, show, guard_sizes: bool = False
+                  decompositions: dict, show, guard_sizes: bool = False, portable: bool = False
                   ) -> tuple[fx.GraphModule | None, GraphReport]:
-    """The rewritten copy of ``gm`` (None when no region was adopted) and the report. With
+    """The rewritten copy of ``gm`` (None when no region was adopted) and the report
+    (``portable``: for a program exported to run anywhere, without Inductor's hints). With
     ``guard_sizes``, a graph with symbolic sizes is kept to the size range where each
     region's choice holds: by a branch to the original graph (``report.size_branch``, which
     the backend builds) or by guards (``ollie.capture.size_range``)."""
@@ -101,7 +102,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                    for n, why in translation.left.items()]
     if not chosen:
         substituted = substitution.substitute(gm, original, example_inputs, report,
-                                              options.inductor)
+                                              options.inductor, not portable)
         if substituted is None and rolled is None:
             report.note = "no region worth deriving"
         return substitution.with_rolled(substituted, rolled, report), report
@@ -128,10 +129,11 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                                                 decompositions, options,
                                                 _shape_env(example_inputs))
     substituted = substitution.substitute(new if new is not None else gm, original,
-                                          example_inputs, report, options.inductor)
+                                          example_inputs, report, options.inductor,
+                                          not portable)
     if new is not None:  # the regions' programs may have taken in contractions a merge needs
         substitution.substitutions_alone(gm, original, example_inputs, report,
-                                         GraphReport(title), options.inductor)
+                                         GraphReport(title), options.inductor, not portable)
     return substitution.with_rolled(substituted if substituted is not None else new, rolled,
                                     report), report
 

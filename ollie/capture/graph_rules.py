@@ -103,11 +103,11 @@ class Merge:
     out_dim: int
 
 
-def substitute(gm: fx.GraphModule, example_inputs, inductor: bool = False
+def substitute(gm: fx.GraphModule, example_inputs, orchestrate: bool = False
                ) -> tuple[fx.GraphModule | None, list[str]]:
     """A copy of ``gm`` with the graph substitutions applied, and a line per substitution
-    (None and [] when none applies); ``inductor``: Inductor compiles it (what to write to
-    memory is a choice only there)."""
+    (None and [] when none applies); ``orchestrate``: Inductor compiles it, and may be told
+    which values to write to memory."""
     from ollie.capture import affine_fold, conv_sums, generated_rules, matrix_views, \
         orchestration, rewrite
     symbolic = _symbolic(gm)
@@ -135,7 +135,7 @@ def substitute(gm: fx.GraphModule, example_inputs, inductor: bool = False
         applied += done
         rewrite.finish(new, example_inputs)  # fresh meta["val"] for the next round's matches
         unfinished = 0
-    if inductor and "orchestrate" in ON:  # (on the final graph: the merges change its loops)
+    if orchestrate and "orchestrate" in ON:  # (on the final graph: the merges change its loops)
         orchestrated = orchestration.orchestrate_graph(new.graph)
         applied, unfinished = applied + orchestrated, unfinished + len(orchestrated)
     if not applied:

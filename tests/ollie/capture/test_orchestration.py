@@ -124,3 +124,16 @@ def test_timing_candidates_leaves_the_guards_of_the_graph_being_compiled_alone(m
     x = torch.randn(8, 256, 512)
     for got, want in zip(compiled(x), fn(x)):  # the guards hold: no recompile, no error
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_an_exported_program_carries_no_hint_of_inductors(monkeypatch):
+    class RowAndColumnSums(torch.nn.Module):
+        def forward(self, x):
+            return torch.cat(row_and_column_sums(x))
+    asked = []
+    monkeypatch.setattr(orchestration, "orchestrate_graph", lambda g: asked.append(g) or [])
+    x = torch.randn(1024, 1024)
+    ep = ollie.export(RowAndColumnSums(), (x,), options={"cache": False})
+    assert not asked
+    assert not ep.graph.find_nodes(op="call_function", target=WRITE)
+    torch.testing.assert_close(ep.module()(x), torch.cat(row_and_column_sums(x)))
