@@ -248,8 +248,8 @@ def _kind(n: fx.Node) -> str:
     if n.op != "call_function" or not isinstance(n.meta.get("val"), torch.Tensor):
         return "input"
     tags = getattr(n.target, "tags", ())
-    if torch.Tag.nondeterministic_seeded in tags:  # a random draw is never computed twice
-        return "call"
+    if torch.Tag.nondeterministic_seeded in tags or torch.Tag.inplace in tags:
+        return "call"  # a random draw or a write into a tensor is never done twice
     if torch.Tag.pointwise in tags or n.target is aten._to_copy.default:
         return "pointwise"
     if getattr(n.target, "overloadpacket", None) in VIEWS:

@@ -137,3 +137,15 @@ def test_an_exported_program_carries_no_hint_of_inductors(monkeypatch):
     assert not asked
     assert not ep.graph.find_nodes(op="call_function", target=WRITE)
     torch.testing.assert_close(ep.module()(x), torch.cat(row_and_column_sums(x)))
+
+
+def test_random_draws_and_writes_into_tensors_are_never_choices():
+    def fn(x):
+        y = torch.sin(x).add_(1)            # in place: a write, not a value to recompute
+        d = torch.rand_like(x) * torch.cos(x)  # a random draw
+        return y.sum(0), y.sum(1), d.sum(0), d.sum(1)
+    gm, _ = graph_of(fn, torch.randn(512, 512))
+    loops = orchestration._Loops(gm.graph)
+    assert {n.target for n in gm.graph.nodes if loops.kind[n] == "call"} >= {
+        torch.ops.aten.add_.Tensor, torch.ops.aten.rand_like.default}
+    assert all(n.target is torch.ops.aten.mul.Tensor for n in loops.choices)
