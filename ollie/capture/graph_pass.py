@@ -102,7 +102,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                    for n, why in translation.left.items()]
     if not chosen:
         substituted = substitution.substitute(gm, original, example_inputs, report,
-                                              options.inductor, not portable)
+                                              options.inductor, portable)
         if substituted is None and rolled is None:
             report.note = "no region worth deriving"
         return substitution.with_rolled(substituted, rolled, report), report
@@ -129,11 +129,10 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
                                                 decompositions, options,
                                                 _shape_env(example_inputs))
     substituted = substitution.substitute(new if new is not None else gm, original,
-                                          example_inputs, report, options.inductor,
-                                          not portable)
+                                          example_inputs, report, options.inductor, portable)
     if new is not None:  # the regions' programs may have taken in contractions a merge needs
         substitution.substitutions_alone(gm, original, example_inputs, report,
-                                         GraphReport(title), options.inductor, not portable)
+                                         GraphReport(title), options.inductor, portable)
     return substitution.with_rolled(substituted if substituted is not None else new, rolled,
                                     report), report
 

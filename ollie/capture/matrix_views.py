@@ -36,8 +36,8 @@ def normalise(graph: fx.Graph) -> int:
         if _matrices(n, 3) and n.meta["val"].shape[0] == 1 and not n.kwargs:
             with graph.inserting_before(n):
                 p, q = (_call(graph, aten.squeeze.dim, (a, 0)) for a in n.args)
-                n.replace_all_uses_with(
-                    _call(graph, aten.unsqueeze.default, (_call(graph, aten.mm.default, (p, q)), 0)))
+                product = _call(graph, aten.mm.default, (p, q))
+                n.replace_all_uses_with(_call(graph, aten.unsqueeze.default, (product, 0)))
             changed += 1
     for n in list(graph.nodes):
         if n.op == "call_function" and n.target in REINDEXING and n.users and _matrices(n, 2):

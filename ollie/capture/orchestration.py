@@ -54,11 +54,13 @@ def orchestrate_graph(graph: fx.Graph) -> list[str]:
     loops = _Loops(graph)
     if not loops.choices or not all(t.device.type == "cpu" for t in loops.tensors()):
         return []
-    if sum(len(loops.candidates(root)) for root in loops.roots()) > MAX_KERNELS:
+    loops_of = {root: loops.candidates(root) for root in loops.roots()}
+    if sum(map(len, loops_of.values())) > MAX_KERNELS:
         return []
     costs = _Costs(loops)
     try:
-        kernels = [k for root in loops.roots() for k in costs.candidates(root)]
+        kernels = [Kernel(root, frozenset(reads), costs.kernel(root, computed, reads))
+                   for root, found in loops_of.items() for computed, reads in found]
         chosen = orchestrate(kernels, loops.deciding)
         if chosen is None:
             return []
@@ -195,16 +197,11 @@ class _Loops:
 
 
 class _Costs:
-    """Candidate kernels and plans priced in seconds: each kernel compiled alone by Inductor
-    and timed on sample data (once per distinct kernel)."""
+    """Kernels and plans priced in seconds: each kernel compiled alone by Inductor and timed
+    on sample data (once per distinct kernel)."""
 
     def __init__(self, loops: _Loops):
         self.loops, self.timed = loops, {}
-
-    def candidates(self, root: fx.Node) -> list[Kernel]:
-        """A kernel per choice of which values in ``root``'s loop it reads from memory."""
-        return [Kernel(root, frozenset(reads), self.kernel(root, computed, reads))
-                for computed, reads in self.loops.candidates(root)]
 
     def kernel(self, root: fx.Node, computed: set, reads: set) -> float:
         key = (root, frozenset(reads))

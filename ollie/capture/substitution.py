@@ -42,12 +42,12 @@ def with_rolled(new, rolled_graph, report):
 
 
 def substitutions_alone(gm, original, example_inputs, report, alone, inductor: bool,
-                        hints: bool = True) -> None:
+                        portable: bool = False) -> None:
     """The graph substitutions on the graph before the regions' rewrite (``gm``, which may
     have been rolled up from ``original``), kept in the report as an alternative to the
     regions' rewrite where they merge more than they do after it (``alone``: an empty report,
     for them)."""
-    alternative = substitute(gm, original, example_inputs, alone, inductor, hints)
+    alternative = substitute(gm, original, example_inputs, alone, inductor, portable)
     merges = [line for line in alone.substitutions if not graph_rules.only_folds([line])]
     if alternative is not None and len(merges) > sum(
             not graph_rules.only_folds([line]) for line in report.substitutions):
@@ -68,17 +68,19 @@ def take_alternative(report) -> fx.GraphModule:
     return report.alternative
 
 
-def substitute(gm, original, example_inputs, report, inductor: bool, hints: bool = True
+def substitute(gm, original, example_inputs, report, inductor: bool, portable: bool = False
                ) -> fx.GraphModule | None:
     """``gm`` with the graph substitutions applied, when they give every output of ``gm``
     on sample inputs, within the error allowed against ``original`` (the graph before any
     rewrite) run in float64 (None when none applies or the check fails; the report says
     which). Under Inductor, folds that leave every contraction's work as it was (a scale
     folded into a convolution) are not kept: Inductor fuses that elementwise work into one
-    kernel in either form, and judging them would take a second compile. ``hints``: Inductor's
-    own hints may be written into the graph (which values to write to memory)."""
+    kernel in either form, and judging them would take a second compile. ``portable``: for a
+    program exported to run anywhere, so no Inductor hint (which values to write to memory)
+    is written into it."""
     try:
-        new, applied = graph_rules.substitute(gm, example_inputs, orchestrate=inductor and hints)
+        new, applied = graph_rules.substitute(gm, example_inputs,
+                                              orchestrate=inductor and not portable)
     except Exception as e:  # a rule that does not fit this graph: the graph as it is
         report.left.append(("graph substitutions", "", f"not applied: {first_line(e)}"))
         return None
