@@ -1,21 +1,29 @@
 """TASO's generator over graph operators: identities between small graphs of matrix operators.
 
-The operators are TASO's linear ones on matrices: ``mm``, ``add``, ``sub``, ``T`` (transpose)
-and ``cat0``/``cat1`` (concatenation along rows/columns; a graph with two outputs is the pieces of
-a concatenation, so ``cat1(mm(X, W), mm(X, U)) = mm(X, cat1(W, U))`` reads "the two products
-are the two pieces of one product"). Operands are matrices with symbolic sizes::
+The operators are TASO's on matrices: ``mm``, ``add``, ``sub``, ``mul`` (elementwise),
+``scale`` (by one scalar ``c``), ``T`` (transpose), ``cat0``/``cat1`` (concatenation along
+rows/columns; a graph with two outputs is the pieces of a concatenation, so
+``cat1(mm(X, W), mm(X, U)) = mm(X, cat1(W, U))`` reads "the two products are the two pieces
+of one product") and its inverse, TASO's split: ``head0``/``tail0`` take the first piece of
+the rows of a concatenation or the rest, ``head1``/``tail1`` of the columns (so
+``head0(mm(cat0(X, Z), U)) = mm(X, U)`` reads "the first rows of a product are the product of
+the first rows"). Operands are matrices with symbolic sizes::
 
     X, Z: (m, k)    Y: (m, p)    W, U: (k, n)    V: (p, n)
 
 The stages are the point-free generator's (``derivations.synthesis``), for graphs:
 
-    enumerate     every well-shaped term up to ``size`` operators, sums up to commutativity
+    enumerate     every well-shaped term up to ``size`` operators, sums and products up to
+                  commutativity
     fingerprint   exact int64 values at sizes m, k, n, p = 2, 3, 5, 7 (distinct, so a term's
-                  shape tells its sizes apart); one class per (shape, values)
+                  shape tells its sizes apart) and c = 7 (no sum of at most 3 operators
+                  scales by 7); one class per (shape, values)
     verify        each candidate ``member = representative`` in ``ir`` (``ir.ops.mm``,
                   ``cat``: the meaning the capture gives ATen's operators), exactly by sympy,
                   at every size of ``proof_sizes`` (why they prove every size: there)
     prune         a rule whose sides the smaller kept rules rewrite to one term is dropped
+                  (ordered rewriting: toward the smaller term, so that commutations prune
+                  too); rules of elementwise arithmetic alone prune but are not kept
 
 The terms themselves (operators, shapes, most general typing, text, canonical form) are
 ``graph_terms``'s. ``ollie rules synthesize --graph`` writes the kept rules to
@@ -25,6 +33,7 @@ The terms themselves (operators, shapes, most general typing, text, canonical fo
 from __future__ import annotations
 
 import itertools
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +43,9 @@ import numpy as np
 from ir import ops
 from ir.nodes import Tensor
 
-from derivations.synthesis.graph_terms import (BINARY, VARS, GraphRule, canonical, operators,
-                                               parse, shape, size, to_text, typing, variables)
+from derivations.synthesis.graph_terms import (BINARY, UNARY, VARS, GraphRule, canonical,
+                                               operators, parse, shape, size, to_text, typing,
+                                               variables)
 from derivations.synthesis.verify import compare_exact
 
 __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
@@ -43,6 +53,9 @@ __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "veri
            "parse_rule", "loaded_rules", "untransposed", "GRAPH_PATH"]
 
 FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7}
+FINGERPRINT_SCALE = 7
+SCALE = Tensor("c", ())  # the scalar of ``scale`` in a proof: any real number
+POINTWISE = {"add", "sub", "mul", "scale"}  # rules of these alone: the region derivation's
 MAX_GRID = 400   # size assignments a proof may take; a rule needing more is not kept
 
 
@@ -55,7 +68,7 @@ def _enumerate(max_size: int) -> dict[tuple, np.ndarray]:
     for s in range(1, max_size + 1):
         made = []
         for a in by_size[s - 1]:
-            made.append(("T", a))
+            made.extend((op, a) for op in UNARY)
         for sa in range(s):
             for a in by_size[sa]:
                 for b in by_size[s - 1 - sa]:
@@ -74,12 +87,20 @@ def _evaluate(t: tuple, value: dict) -> np.ndarray:
     args = [value[c] for c in t[1:]]
     if t[0] == "T":
         return args[0].T
+    if t[0] == "scale":
+        return FINGERPRINT_SCALE * args[0]
+    if t[0][:4] in ("head", "tail"):
+        d = int(t[0][-1])
+        first = FINGERPRINT_SIZES[shape(t[1])[d][0]]
+        return np.split(args[0], [first], axis=d)[t[0].startswith("tail")]
     if t[0] == "mm":
         return args[0] @ args[1]
     if t[0] == "add":
         return args[0] + args[1]
     if t[0] == "sub":
         return args[0] - args[1]
+    if t[0] == "mul":
+        return args[0] * args[1]
     return np.concatenate(args, axis=int(t[0][-1]))
 
 
@@ -126,12 +147,15 @@ def to_ir(t: tuple, sizes: dict[str, int], dims: dict = VARS):
     args = [to_ir(c, sizes, dims) for c in t[1:]]
     if t[0] == "T":
         return ops.transpose(args[0], 0, 1)
-    if t[0] == "mm":
-        return ops.mm(*args)
-    if t[0] == "add":
-        return ops.add(*args)
-    if t[0] == "sub":
-        return ops.sub(*args)
+    if t[0] == "scale":
+        return ops.mul(args[0], SCALE)
+    if t[0][:4] in ("head", "tail"):
+        d = int(t[0][-1])
+        first = sizes[shape(t[1], dims)[d][0]]
+        return ops.slice(args[0], d, 0, first) if t[0].startswith("head") else \
+            ops.slice(args[0], d, first, None)
+    if t[0] in ("mm", "add", "sub", "mul"):
+        return getattr(ops, t[0])(*args)
     return ops.cat(args, int(t[0][-1]))
 
 
@@ -187,15 +211,20 @@ def _instance(t: tuple, binding: dict) -> tuple:
 
 
 def _normal(t: tuple, kept: list[GraphRule], depth: int = 0) -> tuple:
-    """``t`` rewritten by the kept rules, each toward its smaller side, bottom-up (the depth
-    bounds rules whose sides are equally large)."""
+    """``t`` rewritten by the kept rules bottom-up, each in the direction that makes the term
+    smaller in ``_order`` (ordered rewriting: a rule whose sides are equally large, like a
+    commutation, still rewrites toward one normal form; the depth bounds the rest)."""
     if t[0] != "var":
         t = canonical((t[0], *(_normal(c, kept, depth) for c in t[1:])))
     if depth < 20:
         for r in kept:
-            binding: dict = {}
-            if _match(r.lhs, t, binding) and consistent(r, binding):
-                return _normal(_instance(r.rhs, binding), kept, depth + 1)
+            for source, target in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
+                binding: dict = {}
+                if _match(source, t, binding) and consistent(r, binding) and \
+                        variables(target) <= set(binding):
+                    new = _instance(target, binding)
+                    if _order(new) < _order(t):
+                        return _normal(new, kept, depth + 1)
     return t
 
 
@@ -240,8 +269,8 @@ def synthesize(max_size: int = 3, progress=None) -> GraphSynthesis:
             out.failed.append(f"{candidates[i]}: {why}")
             continue
         proved.append(rule)
-        if (operators(rule.lhs) | operators(rule.rhs)) - {"add", "sub"}:
-            out.kept.append(rule)  # (sums and differences alone: the region derivation's)
+        if (operators(rule.lhs) | operators(rule.rhs)) - POINTWISE:
+            out.kept.append(rule)
     out.seconds = time.perf_counter() - start
     return out
 
@@ -254,14 +283,15 @@ def render(syn: GraphSynthesis) -> str:
     """The text of ``derivations/rules/graph_generated.py`` for ``syn``'s kept rules."""
     rows = "".join(f"    ({str(GraphRule(r.lhs, r.rhs))!r}, {_sizes_text(r)!r}),\n"
                    for r in syn.kept)
+    summary = textwrap.fill(
+        f"From every term of up to {syn.size} operators over {', '.join(BINARY + UNARY)} "
+        f"(``derivations.synthesis.graph``): {syn.terms} terms, {syn.candidates} candidate "
+        f"rules, {len(syn.kept)} kept after verification and pruning.", 92)
     return (f'"""Generated rules over graph operators. Written by ``ollie rules synthesize '
-            f'--graph``: do not edit,\nregenerate.\n\nFrom every term of up to {syn.size} '
-            f'operators over mm, add, sub, T, cat0, cat1 (``derivations.synthesis.graph``):\n'
-            f'{syn.terms} terms, {syn.candidates} candidate rules, {len(syn.kept)} kept after '
-            f'verification and pruning.\n\nOne rule a row: ``lhs = rhs`` and the operand sizes '
-            f'it is proven for (every size of\nthose symbols). ``ollie.capture.generated_rules`'
-            f'` applies each in the direction that costs less.\n"""\nSIZE = {syn.size}\n\n'
-            f'RULES = (\n{rows})\n')
+            f'--graph``: do not edit,\nregenerate.\n\n{summary}\n\nOne rule a row: ``lhs = '
+            f'rhs`` and the operand sizes it is proven for (every size of\nthose symbols). '
+            f'``ollie.capture.generated_rules`` applies each in the direction that costs less.'
+            f'\n"""\nSIZE = {syn.size}\n\nRULES = (\n{rows})\n')
 
 
 def _sizes_text(r: GraphRule) -> str:

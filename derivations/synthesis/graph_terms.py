@@ -1,6 +1,8 @@
 """The terms of TASO's graph rules (``derivations.synthesis.graph``): matrices and the
-operators ``mm``, ``add``, ``sub``, ``T`` and ``cat0``/``cat1``; their shapes in size
-symbols, the most general sizes of a rule's operands, their text and one canonical form up
+operators ``mm``, ``add``, ``sub``, ``mul`` (elementwise), ``scale`` (by the rule's one
+scalar), ``T``, ``cat0``/``cat1`` and the slices that take a concatenation's first piece or
+the rest (``head0``/``tail0`` along rows, ``head1``/``tail1`` along columns); their shapes in
+size symbols, the most general sizes of a rule's operands, their text and one canonical form up
 to the associativity of sums and concatenations and the commutativity of sums."""
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from dataclasses import dataclass
 
 VARS = {"X": ("m", "k"), "Z": ("m", "k"), "Y": ("m", "p"), "W": ("k", "n"), "U": ("k", "n"),
         "V": ("p", "n")}
-BINARY = ("mm", "add", "sub", "cat0", "cat1")
+BINARY = ("mm", "add", "sub", "mul", "cat0", "cat1")
+UNARY = ("T", "scale", "head0", "tail0", "head1", "tail1")
+SUMS = ("add", "mul", "cat0", "cat1")   # associative: nested to the right in canonical form
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,18 @@ def shape(t: tuple, typing: dict | None = None, unify=None) -> tuple | None:
         return None
     if op == "T":
         return parts[0][1], parts[0][0]
+    if op == "scale":
+        return parts[0]
+    if op[:4] in ("head", "tail"):  # a concatenation's first piece, or the rest
+        d, dims = int(op[-1]), list(parts[0])
+        if len(dims[d]) < 2:
+            return None
+        dims[d] = dims[d][:1] if op.startswith("head") else dims[d][1:]
+        return tuple(dims)
     a, b = parts
     if op == "mm":
         return (a[0], b[1]) if same(a[1], b[0]) else None
-    if op in ("add", "sub"):
+    if op in ("add", "sub", "mul"):
         return a if same(a[0], b[0]) and same(a[1], b[1]) else None
     d = int(op[-1])  # cat0 / cat1
     if not same(a[1 - d], b[1 - d]):
@@ -116,15 +128,16 @@ def parse(text: str) -> tuple:
         pos += 1
         if name in VARS:
             return ("var", name)
-        if name not in BINARY + ("T",) or pos >= len(tokens) or tokens[pos] != "(":
+        if name not in BINARY + UNARY or pos >= len(tokens) or tokens[pos] != "(":
             raise ValueError(f"{name!r} in {text!r} is neither an operand nor an operator")
         pos += 1
         args = [term()]
         while tokens[pos] == ",":
             pos += 1
             args.append(term())
-        if tokens[pos] != ")" or len(args) != (1 if name == "T" else 2):
-            raise ValueError(f"{name} takes {1 if name == 'T' else 2} operands in {text!r}")
+        arity = 1 if name in UNARY else 2
+        if tokens[pos] != ")" or len(args) != arity:
+            raise ValueError(f"{name} takes {arity} operand(s) in {text!r}")
         pos += 1
         return (name, *args)
 
@@ -138,13 +151,14 @@ def parse(text: str) -> tuple:
 
 
 def canonical(t: tuple) -> tuple:
-    """``t`` with its sums and concatenations nested to the right, a sum's operands in one
-    order: terms that differ only by the associativity of ``add`` and ``cat`` and the
-    commutativity of ``add`` are one term (its children already canonical)."""
-    if t[0] not in ("add", "cat0", "cat1"):
+    """``t`` with its sums, products and concatenations nested to the right, a sum's or a
+    product's operands in one order: terms that differ only by the associativity of ``add``,
+    ``mul`` and ``cat`` and the commutativity of ``add`` and ``mul`` are one term (its
+    children already canonical)."""
+    if t[0] not in SUMS:
         return t
     operands = _chain(t, t[0])
-    if t[0] == "add":
+    if t[0] in ("add", "mul"):
         operands.sort(key=to_text)
     out = operands[-1]
     for o in reversed(operands[:-1]):

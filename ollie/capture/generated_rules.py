@@ -2,17 +2,24 @@
 ``ollie.capture.graph_rules.RULES``) applied to ATen graphs.
 
 Each rule ``lhs = rhs`` was found and proven by ``derivations.synthesis.graph`` over ``mm``,
-``add``, ``T`` and ``cat``; here it is matched in either direction (with its instance on
-untransposed operands, ``graph.untransposed``) and applied where the other side costs less: fewer multiply-adds first, then fewer kernels, then fewer elements written.
+``add``, ``sub``, ``mul``, ``scale``, ``T``, ``cat`` and the slices ``head``/``tail``; here it
+is matched in either direction (with its instance on untransposed operands,
+``graph.untransposed``) and applied where the other side costs less: fewer multiply-adds
+first, then fewer kernels, then fewer elements written.
 What reads only weights costs nothing (it is folded once, ``ollie.capture.folding``), and
 views cost nothing. So ``x @ W1 + h @ W2`` becomes ``cat(x, h; 1) @ cat(W1, W2; 0)`` in an
 inference graph whose W1, W2 are weights (two products and a sum become a concatenation and
 one product), and stays as it is in training, where the weights' concatenation would be paid
 on every call; ``x @ W1 + x @ W2`` becomes ``x @ (W1 + W2)`` in both.
 
-The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor`` and
-``aten.sub.Tensor`` (without ``alpha``); a 2-d
-``permute``, ``t`` or ``transpose``; ``aten.cat`` of two matrices. A sum is matched up to the
+The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor``,
+``aten.sub.Tensor`` (without ``alpha``) and ``aten.mul.Tensor`` of two tensors; ``scale`` as
+a multiplication or division by one finite Python number (the same wherever a rule reads
+``scale``); a 2-d ``permute``, ``t`` or ``transpose``; ``aten.cat`` of two matrices; a slice
+of a matrix from its start (``head``) or to its end (``tail``), step 1. Under a slice, a
+matrix matches ``cat(X, Z)`` as its two pieces at the slice's point: so ``(x @ W)[:r]``
+becomes ``x[:r] @ W`` (``head0(mm(cat0(X, Z), U)) = mm(X, U)``), computing only the rows it
+keeps. A sum is matched up to the
 order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
 (so a linear layer's bias is one more term, added back), and terms that are one view of
 matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as the sum
@@ -37,10 +44,17 @@ import torch
 import torch.fx as fx
 
 from derivations.synthesis import graph as graph_synthesis
+from ollie.capture.slice_pieces import (Piece, match_pieces, nonnegative_pieces, operands,
+                                        resolve_pieces, shape_of, split_point)
 
 aten = torch.ops.aten
 WEIGHT = "ollie_weight"  # placeholder meta key: the value is a weight held fixed (foldable)
-ARITHMETIC = {"add": aten.add.Tensor, "sub": aten.sub.Tensor}  # (no alpha: kwargs are refused)
+ARITHMETIC = {"add": aten.add.Tensor, "sub": aten.sub.Tensor,  # (no alpha: kwargs are refused)
+              "mul": aten.mul.Tensor}
+SCALES = (aten.mul.Tensor, aten.div.Tensor)
+SLICES = ("head0", "tail0", "head1", "tail1")   # at a source's root only (``_directions``)
+SCALAR = "c"  # the binding of ``scale``'s number: (aten op, number)
+OPERATORS = ("mm", "add", "sub", "mul", "scale", "T", "cat0", "cat1") + SLICES
 
 
 def mark_weights(gm: fx.GraphModule, indices) -> None:
@@ -66,8 +80,10 @@ def _directions() -> list[tuple[tuple, tuple, graph_synthesis.GraphRule]]:
                 continue
             seen.add(key)
             for source, target in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
+                below = list(source[1:]) if source[0] in SLICES else [source]
                 if source[0] != "var" and graph_synthesis.variables(target) <= \
-                        graph_synthesis.variables(source):
+                        graph_synthesis.variables(source) and not any(
+                            graph_synthesis.operators(t) & set(SLICES) for t in [target, *below]):
                     out.append((source, target, r))
     return out
 
@@ -91,15 +107,17 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
     for n in list(graph.nodes):
         if n in used or n.op != "call_function" or _rank(n) < 0:
             continue
-        kinds = {op for op in ("mm", "add", "sub", "T", "cat0", "cat1") if _children(n, op)}
+        kinds = {op for op in OPERATORS if _children(n, op)}
         for source, target, rule in _directions():
             if source[0] not in kinds:  # (a rule's root operator: most nodes match none)
                 continue
             match = _match_root(source, n, rule)
+            match = match and resolve_pieces(source, n, rule, *match)
             if match is None:
                 continue
             binding, inner, rest, view = match
-            after, before = _cost(target, binding, constant), _cost(source, binding, constant)
+            after, before = nonnegative_pieces(binding, _cost(target, binding, constant),
+                                               _cost(source, binding, constant, n))
             if inner & used or not _cheaper(after, before, products_only=fewer_products):
                 continue
             with graph.inserting_before(n):
@@ -128,6 +146,11 @@ def _children(n, op: str) -> list | None:
     if op in ARITHMETIC and n.target == ARITHMETIC[op] and \
             all(isinstance(a, fx.Node) for a in n.args):
         return list(n.args)
+    if op == "scale" and _scaled(n) is not None:
+        return [_scaled(n)[1]]
+    if op in SLICES and n.target == aten.slice.Tensor and _rank(n) == 2 and \
+            split_point(n, op) is not None:
+        return [n.args[0]]
     if op == "T" and _rank(n) == 2 and (
             n.target == aten.t.default or
             n.target == aten.permute.default and list(n.args[1]) == [1, 0] or
@@ -139,18 +162,22 @@ def _children(n, op: str) -> list | None:
     return None
 
 
-def _match(pattern: tuple, item, binding: dict, inner: set) -> bool:
+def _match(pattern: tuple, item, binding: dict, inner: set, pieces: bool = False) -> bool:
+    """Whether ``item`` matches ``pattern``, extending ``binding`` and the matched nodes
+    ``inner``; ``pieces``: under a slice, where a matrix matches ``cat(X, Z)``."""
     if pattern[0] == "var":
         if not isinstance(item, fx.Node) or _rank(item) != 2:
             return False
         return binding.setdefault(pattern[1], item) is item
     children = _children(item, pattern[0])
     if children is None:
-        return False
-    orders = [children, children[::-1]] if pattern[0] == "add" else [children]
+        return pieces and match_pieces(pattern, item, binding)
+    scalar = {SCALAR: _scaled(item)[0]} if pattern[0] == "scale" else {}
+    orders = [children, children[::-1]] if pattern[0] in ("add", "mul") else [children]
     for order in orders:
         b, i = dict(binding), set(inner)
-        if all(_match(p, c, b, i) for p, c in zip(pattern[1:], order)):
+        if all(b.setdefault(k, v) == v for k, v in scalar.items()) and \
+                all(_match(p, c, b, i, pieces) for p, c in zip(pattern[1:], order)):
             binding.clear(), binding.update(b), inner.clear(), inner.update(i)
             if isinstance(item, fx.Node):
                 inner.add(item)
@@ -163,7 +190,8 @@ def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list, list]
     through or None) where ``source`` matches at ``n``."""
     if source[0] != "add":
         binding, inner = {}, set()
-        if _match(source, n, binding, inner) and _checked(binding, inner - {n}, rule):
+        if _match(source, n, binding, inner, pieces=source[0] in SLICES) and \
+                _checked(binding, inner - {n}, rule):
             return binding, inner - {n}, [], None
         return None
     wanted = _chain(source)
@@ -182,8 +210,22 @@ def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list, list]
 
 
 def _checked(binding, inner, rule) -> bool:
-    return graph_synthesis.consistent(rule, binding, _shape) and \
+    return graph_synthesis.consistent(rule, operands(binding, rule), shape_of) and \
         not any(len(m.users) > 1 and not _is_view(m) for m in inner)
+
+
+def _scaled(n) -> tuple[tuple, fx.Node] | None:
+    """((aten op, number), matrix) where ``n`` multiplies or divides a tensor by one finite
+    Python number."""
+    if not isinstance(n, fx.Node) or n.op != "call_function" or n.target not in SCALES or \
+            n.kwargs or len(n.args) != 2:
+        return None
+    orders = [n.args, n.args[::-1]] if n.target == aten.mul.Tensor else [n.args]
+    for x, c in orders:
+        if isinstance(x, fx.Node) and isinstance(c, (int, float)) and \
+                not isinstance(c, bool) and math.isfinite(c):
+            return (n.target, c), x
+    return None
 
 
 def _chain(t: tuple) -> list[tuple]:
@@ -229,10 +271,15 @@ def _unviewed(term) -> tuple[object, list | None]:
 # -- building and costs --------------------------------------------------------------------------
 def _build(graph: fx.Graph, t: tuple, binding: dict) -> fx.Node:
     if t[0] == "var":
-        return binding[t[1]]
+        b = binding[t[1]]
+        return graph.call_function(aten.slice.Tensor, (b.node, b.dim, b.start, b.end)) \
+            if isinstance(b, Piece) else b
     args = [_build(graph, c, binding) for c in t[1:]]
     if t[0] == "T":
         return graph.call_function(aten.permute.default, (args[0], [1, 0]))
+    if t[0] == "scale":
+        op, number = binding[SCALAR]
+        return graph.call_function(op, (args[0], number))
     if t[0] == "mm":
         return graph.call_function(aten.mm.default, tuple(args))
     if t[0] in ARITHMETIC:
@@ -247,12 +294,6 @@ def _item_node(graph: fx.Graph, item) -> fx.Node:
     if item[0] == "view":
         return graph.call_function(aten.view.default, (_item_node(graph, item[1]), item[2]))
     return graph.call_function(aten.mm.default, item[1:])
-
-
-def _shape(node: fx.Node) -> tuple:
-    """The node's sizes: integers, or the expressions of symbolic sizes (compared as such,
-    a SymInt comparison would add a guard)."""
-    return tuple(d if isinstance(d, int) else d.node.expr for d in node.meta["val"].shape)
 
 
 def _cheaper(after: tuple, before: tuple, products_only: bool) -> bool:
@@ -275,23 +316,29 @@ def _cheaper(after: tuple, before: tuple, products_only: bool) -> bool:
     return False
 
 
-def _cost(t: tuple, binding: dict, constant: set) -> tuple:
+def _cost(t: tuple, binding: dict, constant: set, root: fx.Node | None = None) -> tuple:
     """(multiply-adds, kernels, elements written) of ``t``'s work on every call: numbers, or
-    polynomials in the size symbols."""
+    polynomials in the size symbols. ``root``: the node ``t`` matched (a slice's sizes)."""
     total = [0, 0, 0]
 
     def walk(t) -> tuple[tuple[int, int], bool]:  # (shape, reads only weights)
         if t[0] == "var":
-            node = binding[t[1]]
-            return _shape(node), node in constant
+            b = binding[t[1]]
+            return shape_of(b), (b.node if isinstance(b, Piece) else b) in constant
         parts = [walk(c) for c in t[1:]]
         shapes = [s for s, _ in parts]
         fixed = all(c for _, c in parts)
         if t[0] == "T":
             return shapes[0][::-1], fixed
+        if t[0] in SLICES:  # a view, at a source's root
+            return shape_of(root), fixed
+        cut = [binding.get(c[1]) for c in t[1:] if c[0] == "var"]
+        if t[0] in ("cat0", "cat1") and len(cut) == 2 and isinstance(cut[1], Piece) and \
+                cut[1].first:  # the matrix its two pieces cut: no work
+            return shape_of(cut[1].node), fixed
         if t[0] == "mm":
             out = (shapes[0][0], shapes[1][1])
-        elif t[0] in ARITHMETIC:
+        elif t[0] in ARITHMETIC or t[0] == "scale":
             out = shapes[0]
         else:
             d = int(t[0][-1])

@@ -231,3 +231,26 @@ class DoublyNormalised(nn.Module):
     def forward(self, x):
         e = torch.cos(x) ** 2 + 1
         return e / e.sum(1, keepdim=True) + e / e.sum(0, keepdim=True)
+
+
+class LastPositionsLogits(nn.Module):
+    """A language-model head over every position of a sequence, of which the last 4 are read
+    (decoding spelled as the whole sequence's logits, then a slice)."""
+
+    def __init__(self, d=256, vocab=2048):
+        super().__init__()
+        self.head = nn.Parameter(torch.randn(d, vocab) / d ** 0.5)
+
+    def forward(self, h):
+        return torch.log_softmax((h @ self.head)[-4:], dim=-1)
+
+
+class FirstOutputs(nn.Module):
+    """A Linear layer of which the first 64 outputs are read (a shared projection, sliced)."""
+
+    def __init__(self, d=512, out=2048):
+        super().__init__()
+        self.proj = nn.Linear(d, out, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.proj(x)[:, :64])

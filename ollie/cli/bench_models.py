@@ -22,7 +22,7 @@ from ollie.cli.bench_fragments import (
     QKVLinears, GateProducts, Inception1x1, ConvBranches, RepVGGBlock, SlicesOneWeight,
     SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears, GroupMatmulSlices,
     TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears, ParallelMatmuls,
-    WeightChain, RowColumnSums, DoublyNormalised)
+    WeightChain, RowColumnSums, DoublyNormalised, LastPositionsLogits, FirstOutputs)
 from ollie.cli.bench_suite import Case, _inputs
 
 
@@ -279,6 +279,10 @@ CASES = [
          _model(GroupLinears, 64, 256)),
     Case("group_matmul_slices", "a matmul per column slice, 8 groups of 32, batch 64",
          _model(GroupMatmulSlices, 64, 256)),
+    Case("last_positions_logits", "(h @ W_vocab)[-4:] over a sequence of 256, d=256, "
+         "vocabulary 2048", _model(LastPositionsLogits, 256, 256)),
+    Case("first_outputs", "Linear(512→2048)(x)[:, :64], batch 256",
+         _model(FirstOutputs, 256, 512)),
     Case("row_column_sums", "sin(x)·cos(2x) summed over rows and over columns, 2048×2048",
          _model(RowColumnSums, 2048, 2048)),
     Case("doubly_normalised", "cos(x)²+1 over its row sums plus over its column sums, "

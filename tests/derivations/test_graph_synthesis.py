@@ -18,9 +18,11 @@ def synthesis():
 
 
 def test_terms_print_as_they_parse():
-    for text in ["mm(cat1(X, Y), cat0(U, V))", "T(add(U, W))", "X"]:
+    for text in ["mm(cat1(X, Y), cat0(U, V))", "T(add(U, W))", "X", "head0(cat0(X, Z))",
+                 "scale(mul(X, Z))"]:
         assert graph.to_text(graph.parse(text)) == text
-    for bad in ["mm(X)", "mm(X, Y)", "cat0(X, Y)", "foo(X, U)", "mm(X, U"]:
+    for bad in ["mm(X)", "mm(X, Y)", "cat0(X, Y)", "foo(X, U)", "mm(X, U", "head0(X)",
+                "tail1(cat0(X, Z))", "mul(X, U)", "scale(X, Z)"]:
         with pytest.raises(ValueError):
             graph.parse(bad)
 
@@ -79,11 +81,30 @@ def test_synthesis_finds_the_merges_written_by_hand(synthesis):
     assert "sub(mm(X, U), mm(X, W)) = mm(X, sub(U, W))" in kept
 
 
+def test_synthesis_finds_slices_scales_and_products_through_graph_operators(synthesis):
+    kept = {str(graph.GraphRule(r.lhs, r.rhs)) for r in synthesis.kept}
+    assert "head0(mm(cat0(X, Z), U)) = mm(X, U)" in kept     # TASO's split through a matmul
+    assert "tail1(mm(X, cat1(U, W))) = mm(X, W)" in kept
+    assert "mm(scale(X), U) = mm(X, scale(U))" in kept
+    assert "mul(T(U), T(W)) = T(mul(U, W))" in kept
+    # rules of elementwise arithmetic alone are the region derivation's, not kept here
+    assert not any(graph.operators(r.lhs) | graph.operators(r.rhs) <= graph.POINTWISE
+                   for r in synthesis.kept)
+
+
+def test_a_slice_that_takes_the_wrong_piece_or_a_scale_that_is_a_square_is_not_proven():
+    for text in ["head0(mm(cat0(X, Z), U)) = mm(Z, U)", "mul(X, X) = scale(X)"]:
+        proven, why = graph.proven(rule(text))
+        assert proven is None and "values differ" in why, text
+
+
 def test_pruning_drops_rules_the_kept_ones_derive(synthesis):
     kept = {str(graph.GraphRule(r.lhs, r.rhs)) for r in synthesis.kept}
     assert synthesis.candidates > 5 * len(synthesis.kept)
     # T(T(U)) = U derives the same with any operand inside
     assert "T(T(X)) = X" not in kept and "T(T(U)) = U" in kept
+    # a commutation inside a context follows from the commutation (ordered rewriting)
+    assert "mm(Z, mul(W, scale(U))) = mm(Z, mul(U, scale(W)))" not in kept
 
 
 def test_the_checked_in_file_is_what_the_generator_writes(synthesis):

@@ -205,3 +205,81 @@ def test_a_cost_is_lower_only_where_it_is_lower_at_every_size():
     assert not _cheaper((3 * FloorDiv(m, 2), 1, 1), (8 * m, 1, 1), products_only=False)
     assert _cheaper((4, 1, 1), (4, 2, 1), products_only=False)  # one kernel fewer
     assert not _cheaper((4, 1, 1), (4, 2, 1), products_only=True)
+
+
+def product_rows(gm) -> list:
+    """The row counts of the products ``gm`` computes."""
+    return [n.args[0].meta["val"].shape[0]
+            for n in gm.graph.find_nodes(op="call_function", target=aten.mm.default)]
+
+
+def test_the_first_rows_of_a_product_are_the_product_of_the_first_rows():
+    def fn(x, w):  # head0(mm(cat0(X, Z), U)) = mm(X, U): only the rows kept are computed
+        return torch.tanh((x @ w)[:16])
+    args = (torch.randn(128, 32), torch.randn(32, 48))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: head0(mm(cat0(X, Z), U)) → mm(X, U)"], applied
+    assert product_rows(gm) == [128] and product_rows(new) == [16]
+    torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_the_last_columns_and_the_last_rows_of_a_product_slice_its_operands():
+    def columns(x, w):  # tail1(mm(X, cat1(U, W))) = mm(X, W)
+        return torch.relu(F.linear(x, w)[:, 40:])
+    def last_rows(x, w):  # a negative start: the last row only
+        return torch.relu((x @ w)[-1:])
+    args = (torch.randn(16, 32), torch.randn(48, 32))
+    gm, fakes = graph_of(columns, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: tail1(mm(X, cat1(U, W))) → mm(X, W)"], applied
+    mm = next(iter(new.graph.find_nodes(op="call_function", target=aten.mm.default)))
+    assert tuple(mm.meta["val"].shape) == (16, 8)
+    torch.testing.assert_close(new(*args), columns(*args), rtol=1e-5, atol=1e-5)
+    args = (torch.randn(16, 32), torch.randn(32, 48))
+    gm, fakes = graph_of(last_rows, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: tail0(mm(cat0(X, Z), U)) → mm(Z, U)"], applied
+    assert product_rows(new) == [1]
+    torch.testing.assert_close(new(*args), last_rows(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_a_slice_of_a_product_read_whole_elsewhere_or_with_a_step_is_left_alone():
+    def shared(x, w):  # the whole product is computed anyway
+        y = x @ w
+        return y[:4].sum(0) + y.sum(0)
+    def strided(x, w):  # every other row: not a concatenation's piece
+        return torch.tanh((x @ w)[::2])
+    args = (torch.randn(16, 8), torch.randn(8, 6))
+    for fn in (shared, strided):
+        gm, fakes = graph_of(fn, *args)
+        new, applied = graph_rules.substitute(gm, fakes)
+        assert not any(a.startswith("generated") for a in applied), (fn.__name__, applied)
+
+
+def test_slices_apply_at_symbolic_sizes_and_clamp_as_the_original_does():
+    def last(x, w):  # the last 3 rows of a product of any number of rows
+        return torch.tanh((x @ w)[-3:])
+    def first(x, w):  # the first 3: fewer rows than 3 clamp, in both programs
+        return torch.tanh((x @ w)[:3])
+    for fn, rule in ((last, "tail0(mm(cat0(X, Z), U)) → mm(Z, U)"),
+                     (first, "head0(mm(cat0(X, Z), U)) → mm(X, U)")):
+        gm, fakes = symbolic_graph_of(fn, torch.randn(8, 4), torch.randn(4, 6))
+        new, applied = graph_rules.substitute(gm, fakes)
+        assert applied == [f"generated: {rule}"], applied
+        for rows in (8, 5, 2):
+            args = (torch.randn(rows, 4), torch.randn(4, 6))
+            torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+        assert max(product_rows(new)) != max(product_rows(gm))  # sizes: expressions
+
+
+def test_a_scale_moves_to_the_smaller_operand_of_a_product():
+    def fn(x, w):  # mm(scale(X), U) = mm(X, scale(U)): 8 divisions, not 512
+        return torch.tanh((x / 3.0) @ w)
+    args = (torch.randn(64, 8), torch.randn(8, 1))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: mm(scale(X), U) → mm(X, scale(U))"], applied
+    div = next(iter(new.graph.find_nodes(op="call_function", target=aten.div.Tensor)))
+    assert div.args[1] == 3.0 and tuple(div.meta["val"].shape) == (8, 1)
+    torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
