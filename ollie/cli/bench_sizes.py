@@ -60,6 +60,10 @@ def chain(a, b, c):
     return (a @ b) @ c
 
 
+def last_logits(h, w):
+    return torch.log_softmax((h @ w)[-4:], dim=-1)
+
+
 _MODELS: dict = {}  # built on the first call of a case's inputs (not at import)
 
 
@@ -109,6 +113,7 @@ def _sequence(name: str, d: int = 256):
 _B1, _C1 = _randn(1024, 1024, seed=1), _randn(1024, 64, seed=2)
 _W = _randn(512, 512, seed=3)
 _B2, _C2 = _randn(512, 512, seed=4), _randn(512, 64, seed=5)
+_VOCAB = _randn(256, 4096, seed=6)
 
 CASES = [
     SizeCase("chain_softmax", "softmax((a @ b) @ c), a: rows × 1024, b: 1024², c: 1024 × 64",
@@ -120,6 +125,10 @@ CASES = [
     SizeCase("chain_flip", "(a @ b) @ c, a: rows × 512, b: 512², c: 512 × 64: the best "
              "order flips at 64 rows", chain, lambda n: (_randn(n, 512, seed=n), _B2, _C2),
              (512, 384, 256, 128, 96, 32, 24, 16, 48, 1024, 80, 40)),
+    SizeCase("last_logits", "log_softmax((h @ w)[-4:]): the logits of a sequence's last 4 "
+             "positions, h: length × 256, w: 256 × 4096", last_logits,
+             lambda n: (_randn(n, 256, seed=n), _VOCAB),
+             (256, 320, 384, 448, 512, 64, 96, 128, 160, 192, 224, 288)),
     SizeCase("bert_seq", "2 BERT layers, d=256, sequence lengths 32 to 512", bert_stack,
              _sequence("bert"), (32, 64, 96, 128, 192, 256, 320, 384, 448, 512, 40, 200)),
     SizeCase("gpt2_decode", "GPT-2 block, d=256, decoding: the sequence grows by one token",
