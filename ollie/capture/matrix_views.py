@@ -7,6 +7,11 @@ rules (generated and hand-written) match:
     bmm(P, Q) = unsqueeze(mm(squeeze(P, 0), squeeze(Q, 0)), 0)     where P, Q hold one batch
     views(M) = M   (or Mᵀ)    a chain of views from a matrix M back to M's shape (or Mᵀ's)
 
+and a third reads the rows a batch of one sequence keeps as rows of the matrix, so that the
+generated slice rules see them (``lm_head(h)[:, -1]``: the last row of a product):
+
+    V[:, a:b] = unsqueeze(M[a:b], 0),  V[:, i] = M[i:i+1]     where V is M viewed as (1, *M)
+
 A chain is followed only through pure reindexings (view, reshape, permute, transpose,
 unsqueeze, squeeze); what it does to indices is read exactly from the shape, strides and
 offset it gives a contiguous fake tensor of M's sizes (views are defined on logical indices,
@@ -42,6 +47,8 @@ def normalise(graph: fx.Graph) -> int:
     for n in list(graph.nodes):
         if n.op == "call_function" and n.target in REINDEXING and n.users and _matrices(n, 2):
             changed += _collapse(graph, n)
+        elif n.op == "call_function" and n.target in (aten.slice.Tensor, aten.select.int):
+            changed += _rows_of_one_batch(graph, n)
     if changed:
         graph.eliminate_dead_code()
     return changed
@@ -78,6 +85,32 @@ def _collapse(graph: fx.Graph, n: fx.Node) -> int:
             n.replace_all_uses_with(_call(graph, aten.permute.default, (source, [1, 0])))
         return 1
     return 0
+
+
+def _rows_of_one_batch(graph: fx.Graph, n: fx.Node) -> int:
+    """Replace a slice or select along dim 1 of a matrix viewed with a leading size 1 by the
+    same rows of the matrix (a slice, so that a selected row is a piece of the rows too)."""
+    view = n.args[0]
+    if len(n.args) < 2 or n.args[1] != 1 or n.kwargs or not _matrices(view, 3) or \
+            view.op != "call_function" or view.target not in REINDEXING or \
+            not _matrices(view.args[0], 2):
+        return 0
+    matrix = view.args[0]
+    shape = (1, *matrix.meta["val"].shape)
+    if not all(statically_known_true(a == b) for a, b in zip(view.meta["val"].shape, shape)):
+        return 0
+    with graph.inserting_before(n):
+        if n.target == aten.select.int:
+            i = n.args[2]
+            if not isinstance(i, int):
+                return 0
+            end = i + 1 if i != -1 else 2 ** 63 - 1  # (to the end)
+            rows = _call(graph, aten.slice.Tensor, (matrix, 0, i, end))
+            n.replace_all_uses_with(rows)
+        else:
+            rows = _call(graph, aten.slice.Tensor, (matrix, 0, *n.args[2:]))
+            n.replace_all_uses_with(_call(graph, aten.unsqueeze.default, (rows, 0)))
+    return 1
 
 
 def _strides_are(t: torch.Tensor, shape: tuple, strides: tuple) -> bool:

@@ -283,3 +283,24 @@ def test_a_scale_moves_to_the_smaller_operand_of_a_product():
     div = next(iter(new.graph.find_nodes(op="call_function", target=aten.div.Tensor)))
     assert div.args[1] == 3.0 and tuple(div.meta["val"].shape) == (8, 1)
     torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_a_language_model_head_computes_only_the_last_position_at_every_length():
+    class LastToken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(64, 1024, bias=False)
+
+        def forward(self, h):
+            return torch.log_softmax(self.head(h)[:, -1, :], dim=-1)
+
+    torch.manual_seed(0)
+    model = LastToken().eval()
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for length in (96, 128, 160):  # Dynamo makes the length a symbol at the second
+            h = torch.randn(1, length, 64)
+            torch.testing.assert_close(compiled(h), model(h), rtol=1e-5, atol=1e-5)
+    assert len(backend.reports) == 2
+    assert "generated: tail0(mm(cat0(X, Z), U)) → mm(Z, U)" in backend.reports[1].substitutions

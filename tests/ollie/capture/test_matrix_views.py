@@ -1,6 +1,7 @@
 """einsum's and batched spellings' products read as matrix products
 (``ollie.capture.matrix_views``)."""
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from graph_helpers import count, graph_of, symbolic_graph_of
 from ollie.capture import generated_rules, graph_rules, matrix_views
@@ -79,4 +80,32 @@ def test_at_symbolic_sizes_a_reshape_that_is_the_matrix_only_at_some_sizes_is_ke
     def fn(x):  # x.T's sizes, read in x's order: x itself only where a side is 1
         return x.unsqueeze(0).reshape(x.shape[1], x.shape[0]).exp()
     gm, _ = symbolic_graph_of(fn, torch.randn(6, 4))
+    assert matrix_views.normalise(gm.graph) == 0
+
+
+def lm_head_last(h, w):  # a batch of one sequence: the last position's logits
+    return torch.log_softmax(torch.nn.functional.linear(h, w)[:, -1], dim=-1)
+
+
+def lm_head_last_three(h, w):
+    return torch.nn.functional.linear(h, w)[:, -3:].softmax(-1)
+
+
+def test_the_positions_a_batch_of_one_keeps_are_rows_of_the_product_at_every_length():
+    for fn, rule in ((lm_head_last, "tail0(mm(cat0(X, Z), U)) → mm(Z, U)"),
+                     (lm_head_last_three, "tail0(mm(cat0(X, Z), U)) → mm(Z, U)")):
+        gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(1, 12, 8), torch.randn(16, 8))
+        fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+        assert not isinstance(fakes[0].shape[1], int)  # the length is a symbol (the batch: 1)
+        new, applied = graph_rules.substitute(gm, fakes)
+        assert applied == [f"generated: {rule}"], applied
+        mm = next(iter(new.graph.find_nodes(op="call_function", target=aten.mm.default)))
+        assert mm.meta["val"].shape[0] in (1, 3)  # only the rows kept are multiplied
+        for length in (12, 5, 2):
+            args = (torch.randn(1, length, 8), torch.randn(16, 8))
+            torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_a_position_of_a_batch_of_several_sequences_is_not_a_row_range():
+    gm, _ = graph_of(lm_head_last, torch.randn(2, 12, 8), torch.randn(16, 8))
     assert matrix_views.normalise(gm.graph) == 0
