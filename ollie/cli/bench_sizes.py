@@ -64,6 +64,10 @@ def last_logits(h, w):
     return torch.log_softmax((h @ w)[-4:], dim=-1)
 
 
+def last_token_logits(h, w):
+    return torch.log_softmax(torch.nn.functional.linear(h, w)[:, -1], dim=-1)
+
+
 _MODELS: dict = {}  # built on the first call of a case's inputs (not at import)
 
 
@@ -129,6 +133,10 @@ CASES = [
              "positions, h: length × 256, w: 256 × 4096", last_logits,
              lambda n: (_randn(n, 256, seed=n), _VOCAB),
              (256, 320, 384, 448, 512, 64, 96, 128, 160, 192, 224, 288)),
+    SizeCase("lm_head_decode", "log_softmax(linear(h, w)[:, -1]): a language model's head "
+             "while decoding, h: 1 × length × 256 (the length grows by one token), w: 4096 × "
+             "256", last_token_logits, lambda n: (_randn(1, n, 256, seed=n), _VOCAB.t()),
+             tuple(range(100, 112))),
     SizeCase("bert_seq", "2 BERT layers, d=256, sequence lengths 32 to 512", bert_stack,
              _sequence("bert"), (32, 64, 96, 128, 192, 256, 320, 384, 448, 512, 40, 200)),
     SizeCase("gpt2_decode", "GPT-2 block, d=256, decoding: the sequence grows by one token",
