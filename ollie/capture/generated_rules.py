@@ -80,12 +80,18 @@ def _directions() -> list[tuple[tuple, tuple, graph_synthesis.GraphRule]]:
                 continue
             seen.add(key)
             for source, target in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
-                below = list(source[1:]) if source[0] in SLICES else [source]
-                if source[0] != "var" and graph_synthesis.variables(target) <= \
-                        graph_synthesis.variables(source) and not any(
-                            graph_synthesis.operators(t) & set(SLICES) for t in [target, *below]):
+                if source[0] != "var" and _builds(source, target):
                     out.append((source, target, r))
     return out
+
+
+def _builds(source: tuple, target: tuple) -> bool:
+    """Whether a match of ``source`` gives all that ``target`` is built from: its operands,
+    ``scale``'s number, and no slice (a slice only at a source's root, where it is matched)."""
+    ops, below = graph_synthesis.operators, list(source[1:]) if source[0] in SLICES else [source]
+    return graph_synthesis.variables(target) <= graph_synthesis.variables(source) and \
+        ("scale" not in ops(target) or "scale" in ops(source)) and \
+        not any(ops(t) & set(SLICES) for t in [target, *below])
 
 
 def _named_in_order(*sides: tuple) -> str:
