@@ -23,7 +23,7 @@ from ollie.decision import Outcome
 # original graph's outside a size branch
 EAGERLY = "-eagerly"
 OUTSIDE = "-outside-branch"
-DIRECT = "-called-directly-up-to"  # the sizes where the original called directly wins
+UP_TO = "-up-to"  # the sizes where the original (run by Ollie, or called directly) wins
 
 # Dynamo's own control flow, raised through a backend on purpose: it restarts the analysis
 # (a scalar to tensorify, a speculation to undo) or skips the frame. Never caught by Ollie.
@@ -160,12 +160,16 @@ def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
                                          options, key + suffix, {symbol: at}, eagerly=True,
                                          frame=direct)
         other = eager if won else original
+        if low is not None:  # the multiply-adds cross at low; the times may cross later
+            low = measured_up_to(chosen, other, example_inputs, symbol, low, key + suffix,
+                                 options) + 1
         if won and direct:
-            direct_sizes = {symbol: direct_up_to(chosen, eager, example_inputs, symbol, low,
-                                                 key + suffix, options)}
+            frame = eager_or_compiled.dynamo_call_overhead(example_inputs, called_directly=True)
+            direct_sizes = {symbol: measured_up_to(chosen, eager, example_inputs, symbol, low,
+                                                   key + suffix + "-directly", options, frame)}
     runs = "the original graph" + (", uncompiled," if other is not original else "") + \
         f" where {symbol} " + (f"< {low}" if low is not None else f"> {high}") + \
-        " (fewer multiply-adds there)" + \
+        " (fewer multiply-adds there, or measured faster)" + \
         (f"; ollie.optimize calls the function itself where {symbol} <= "
          f"{direct_sizes[symbol]}" if direct_sizes else "")
     report.by_size = "; ".join(filter(None, [report.by_size, runs]))
@@ -174,26 +178,27 @@ def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
     return size_range.by_size(chosen, other, where, high), direct_sizes
 
 
-def direct_up_to(chosen, eager, example_inputs, symbol, low: int, key: str, options) -> int:
-    """The largest size where the original graph run as it is, called without Dynamo's
-    frame (``ollie.optimize`` calls the function itself), beats ``chosen`` with the frame:
-    ``low - 1`` at least (there the original does fewer multiply-adds, and it ran faster),
-    further where it still leads at ``low``. Dynamo's frame costs a constant the
-    multiply-adds leave out, so the lead ends past ``low``: where lines through the two
-    sides' times at ``low`` and ``2 low`` cross. Stored under ``key``."""
-    stored = cache.Cache(options.cache_dir).get(key + DIRECT) if options.cache else None
+def measured_up_to(chosen, original, example_inputs, symbol, low: int, key: str, options,
+                   frame: float = 0.0) -> int:
+    """The largest size where ``original`` (the original graph, compiled or as it is) beats
+    ``chosen``: ``low - 1`` at least (there the original does fewer multiply-adds), further
+    where it still leads at ``low``: the library's speed per multiply-add differs between
+    the two (a product by a thin matrix runs slower per multiply-add), and Dynamo's frame
+    (``frame`` seconds, which ``ollie.optimize`` saves calling the function itself) costs a
+    constant they leave out. The lead ends where lines through the two sides' times at
+    ``low`` and ``2 low`` cross. Stored under ``key``."""
+    stored = cache.Cache(options.cache_dir).get(key + UP_TO) if options.cache else None
     if stored and isinstance(stored.get("up_to"), int):
         return stored["up_to"]
     up_to = low - 1
     if 2 * low <= (size_range.larger_size(example_inputs, symbol) or 0):
-        frame = eager_or_compiled.dynamo_call_overhead(example_inputs, called_directly=True)
         times = []
         with real_computation():
             for n in (low, 2 * low):
                 inputs = sample_like(example_inputs, {symbol: n})
                 with torch.no_grad(), torch.random.fork_rng(devices=[]):
                     timing = measure.compare(lambda: chosen(list(inputs)),
-                                             lambda: eager(list(inputs)),
+                                             lambda: original(list(inputs)),
                                              budget_s=options.measure_cap_s)
                 times.append(timing.eager_median + frame - timing.ollie_median)  # its lead
         lead_at_low, lead_at_twice = times
@@ -201,7 +206,7 @@ def direct_up_to(chosen, eager, example_inputs, symbol, low: int, key: str, opti
             up_to = 2 * low if lead_at_twice > 0 else \
                 low + int(low * lead_at_low / (lead_at_low - lead_at_twice))
     if options.cache:
-        cache.Cache(options.cache_dir).put(key + DIRECT, {"decision": Outcome.MEASURED.value,
+        cache.Cache(options.cache_dir).put(key + UP_TO, {"decision": Outcome.MEASURED.value,
                                                          "up_to": up_to, "remeasured": 0})
     return up_to
 
