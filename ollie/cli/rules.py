@@ -77,8 +77,9 @@ def _synthesize_graph(args, out, UsageError) -> int:
 
     size = graph_generated.SIZE if args.size is None else args.size
     if not 1 <= size <= 3 or args.ops is not None:
-        raise UsageError("--graph takes --size 1 to 3 (size 4 enumerates 53,466 terms, and "
-                         "each candidate's proof grows with its size symbols) and no --ops")
+        raise UsageError("--graph takes --size 1 to 3 (size 4 enumerates many times the "
+                         "terms, and each candidate's proof grows with its size symbols) and "
+                         "no --ops")
     syn = graph.synthesize(size, _progress)
     print(f"\r{syn.summary()}", file=sys.stderr)
     return _write(graph.render(syn), graph.GRAPH_PATH, args, out, f"--graph --size {size}",
