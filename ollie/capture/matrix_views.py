@@ -7,10 +7,12 @@ rules (generated and hand-written) match:
     bmm(P, Q) = unsqueeze(mm(squeeze(P, 0), squeeze(Q, 0)), 0)     where P, Q hold one batch
     views(M) = M   (or Mᵀ)    a chain of views from a matrix M back to M's shape (or Mᵀ's)
 
-and a third reads the rows a batch of one sequence keeps as rows of the matrix, so that the
-generated slice rules see them (``lm_head(h)[:, -1]``: the last row of a product):
+and two more read the positions a batch of one sequence keeps as rows of the matrix, and rows
+of a linear layer as rows of its product, so that the generated slice rules see them
+(``lm_head(h)[:, -1]``, with or without a bias: the last row of a product):
 
     V[:, a:b] = unsqueeze(M[a:b], 0),  V[:, i] = M[i:i+1]     where V is M viewed as (1, *M)
+    addmm(b, A, B)[a:b] = mm(A, B)[a:b] + b                      b a bias broadcast over rows
 
 A chain is followed only through pure reindexings (view, reshape, permute, transpose,
 unsqueeze, squeeze); what it does to indices is read exactly from the shape, strides and
@@ -49,6 +51,10 @@ def normalise(graph: fx.Graph) -> int:
             changed += _collapse(graph, n)
         elif n.op == "call_function" and n.target in (aten.slice.Tensor, aten.select.int):
             changed += _rows_of_one_batch(graph, n)
+    if changed:  # (a view whose rows a slice now reads still reads the addmm)
+        graph.eliminate_dead_code()
+    for n in list(graph.find_nodes(op="call_function", target=aten.slice.Tensor)):
+        changed += _rows_before_bias(graph, n)
     if changed:
         graph.eliminate_dead_code()
     return changed
@@ -110,6 +116,23 @@ def _rows_of_one_batch(graph: fx.Graph, n: fx.Node) -> int:
         else:
             rows = _call(graph, aten.slice.Tensor, (matrix, 0, *n.args[2:]))
             n.replace_all_uses_with(_call(graph, aten.unsqueeze.default, (rows, 0)))
+    return 1
+
+
+def _rows_before_bias(graph: fx.Graph, n: fx.Node) -> int:
+    """Replace rows of a linear layer's product plus its bias (``addmm(b, A, B)[a:b]``, the
+    addmm read only there) by the rows of the product plus the bias, whose product the
+    generated slice rules read."""
+    linear = n.args[0]
+    if len(n.args) < 2 or n.args[1] != 0 or n.kwargs or not _matrices(n, 2) or \
+            linear.op != "call_function" or linear.target != aten.addmm.default or \
+            linear.kwargs or len(linear.users) != 1 or not _matrices(linear.args[0], 1):
+        return 0
+    bias, a, b = linear.args
+    with graph.inserting_before(n):
+        rows = _call(graph, aten.slice.Tensor, (_call(graph, aten.mm.default, (a, b)),
+                                                *n.args[1:]))
+        n.replace_all_uses_with(_call(graph, aten.add.Tensor, (rows, bias)))
     return 1
 
 

@@ -109,3 +109,18 @@ def test_the_positions_a_batch_of_one_keeps_are_rows_of_the_product_at_every_len
 def test_a_position_of_a_batch_of_several_sequences_is_not_a_row_range():
     gm, _ = graph_of(lm_head_last, torch.randn(2, 12, 8), torch.randn(16, 8))
     assert matrix_views.normalise(gm.graph) == 0
+
+
+def test_the_last_position_of_a_linear_layer_with_a_bias_is_one_row_of_its_product():
+    def fn(h, w, b):
+        return torch.nn.functional.linear(h, w, b)[:, -1].relu()
+    args = (torch.randn(1, 12, 8), torch.randn(16, 8), torch.randn(16))
+    gm = make_fx(fn, tracing_mode="symbolic")(*args)
+    fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["generated: tail0(mm(cat0(X, Z), U)) → mm(Z, U)"], applied
+    mm = next(iter(new.graph.find_nodes(op="call_function", target=aten.mm.default)))
+    assert mm.meta["val"].shape[0] == 1
+    for length in (12, 5):
+        args = (torch.randn(1, length, 8), torch.randn(16, 8), torch.randn(16))
+        torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
