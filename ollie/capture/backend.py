@@ -288,7 +288,8 @@ class OllieBackend:
                                                          example_inputs, report, key,
                                                          self.options)
                 return self._within_branch(gm, example_inputs, kwargs, chosen, report, key)
-            return wrap(compile_fx_inner(graph, inputs, **kwargs))
+            return self._compile_rewritten(graph, inputs, kwargs, wrap, report) or \
+                compile_fx_inner(gm, example_inputs, **kwargs)
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = take_output_strides()  # each compile reports its outputs' strides to AOT
         with real_computation():
@@ -299,7 +300,13 @@ class OllieBackend:
             self._announce(report)
             self.adopted.pop(number, None)
             return original
-        rewritten = wrap(compile_fx_inner(graph, inputs, **kwargs))
+        rewritten = self._compile_rewritten(graph, inputs, kwargs, wrap, report)
+        if rewritten is None:
+            take_output_strides()
+            give_output_strides(strides)
+            self._announce(report)
+            self.adopted.pop(number, None)
+            return original
         with real_computation():
             report.adopted = graph_pass.compare(original, rewritten, example_inputs, report,
                                                 self.options, key)
@@ -316,6 +323,20 @@ class OllieBackend:
         take_output_strides()
         give_output_strides(strides)
         return original
+
+    def _compile_rewritten(self, graph, inputs, kwargs, wrap, report):
+        """Inductor's compile of the rewritten graph, or None where Inductor fails on it (a
+        backward graph compiles inside the user's backward call: no failure may land there)."""
+        from torch._inductor.compile_fx import compile_fx_inner
+        try:
+            return wrap(compile_fx_inner(graph, inputs, **kwargs))
+        except DYNAMO_CONTROL:
+            raise
+        except Exception as e:
+            report.adopted = False
+            report.note = "Inductor failed on the rewritten graph: " + first_line(e)
+            self._note(f"{report.title}: {report.note}", warn=True)
+            return None
 
     def _regions_or_substitutions(self, gm, new, example_inputs, report, kwargs):
         """``new`` (the regions' programs, then the substitutions left to apply), or the

@@ -74,6 +74,36 @@ def test_when_ollie_fails_inductor_compiles_the_original_graph(monkeypatch):
     assert not any("runs eagerly" in n for n in backend.notes), backend.notes
 
 
+def test_when_inductor_fails_on_a_rewritten_backward_graph_the_original_runs(monkeypatch):
+    """A backward graph compiles inside the user's backward call: Inductor's failure on the
+    rewritten graph (seen: a KeyError in its kernel metadata) must not land there."""
+    import sys
+    from torch._inductor import compile_fx
+
+    real = compile_fx.compile_fx_inner
+
+    def fails_on_rewrites(gm, example_inputs, **kwargs):
+        if sys._getframe(1).f_code.co_name == "_compile_rewritten":
+            raise KeyError("slice_scatter_default_1")
+        return real(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", fails_on_rewrites)
+
+    def branches(x, w1, w2):  # x@w1 + x@w2 = x@(w1 + w2): rewritten in training too
+        return torch.tanh(x @ w1 + x @ w2)
+
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    x = torch.randn(32, 64, requires_grad=True)
+    w1, w2 = (torch.randn(64, 48, requires_grad=True) for _ in range(2))
+    with pytest.warns(ollie.OllieWarning, match="Inductor failed on the rewritten graph"):
+        grads = torch.autograd.grad(torch.compile(branches, backend=backend)(x, w1, w2).sum(),
+                                    [x, w1, w2])
+    for got, expected in zip(grads, torch.autograd.grad(branches(x, w1, w2).sum(), [x, w1, w2])):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    failed = [r for r in backend.reports if r.note and "Inductor failed" in r.note]
+    assert failed and not any(r.adopted for r in failed)
+
+
 def test_dynamo_restarts_pass_through_the_backend(monkeypatch):
     """Dynamo raises its control exceptions through a backend to restart the analysis;
     catching them (as a compile failure) would leave the graph to eager."""
