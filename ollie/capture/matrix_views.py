@@ -29,6 +29,8 @@ import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from ollie.capture.slice_pieces import END
+
 aten = torch.ops.aten
 REINDEXING = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
               aten.permute.default, aten.t.default, aten.transpose.int,
@@ -110,7 +112,7 @@ def _rows_of_one_batch(graph: fx.Graph, n: fx.Node) -> int:
             i = n.args[2]
             if not isinstance(i, int):
                 return 0
-            end = i + 1 if i != -1 else 2 ** 63 - 1  # (to the end)
+            end = i + 1 if i != -1 else END
             rows = _call(graph, aten.slice.Tensor, (matrix, 0, i, end))
             n.replace_all_uses_with(rows)
         else:

@@ -14,6 +14,7 @@ from derivations.synthesis import graph as graph_synthesis
 from derivations.synthesis.graph_terms import shape as term_shape
 
 END = 2 ** 63 - 1  # aten.slice's end for "to the end"
+PAST_ANY_SIZE = 2 ** 62  # an end at least this large reads "to the end" too
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def split_point(n: fx.Node, op: str) -> tuple | None:
                 isinstance(size, int) and end >= size:
             return None
         return end, end
-    if end is not None and not (isinstance(end, int) and end >= 2 ** 62) or \
+    if end is not None and not (isinstance(end, int) and end >= PAST_ANY_SIZE) or \
             not isinstance(start, int) or start == 0:
         return None
     first = size + start if start < 0 else start
