@@ -43,16 +43,16 @@ import numpy as np
 from ir import ops
 from ir.nodes import Tensor
 
-from derivations.synthesis.graph_terms import (BINARY, UNARY, VARS, GraphRule, canonical,
-                                               operators, parse, shape, size, to_text, typing,
-                                               variables)
+from derivations.synthesis.graph_terms import (BINARY, CONVOLUTION, MATRICES, UNARY, VARS,
+                                               GraphRule, canonical, operators, parse, shape,
+                                               size, to_text, typing, variables)
 from derivations.synthesis.verify import compare_exact
 
 __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
            "proof_sizes", "consistent", "proven", "typing", "GraphSynthesis", "render",
            "parse_rule", "loaded_rules", "untransposed", "GRAPH_PATH"]
 
-FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7}
+FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7, "o": 2, "c": 3, "q": 5, "d": 7}
 FINGERPRINT_SCALE = 7
 SCALE = Tensor("c", ())  # the scalar of ``scale`` in a proof: any real number
 POINTWISE = {"add", "sub", "mul", "scale"}  # rules of these alone: the region derivation's
@@ -61,10 +61,19 @@ MAX_GRID = 400   # size assignments a proof may take; a rule needing more is not
 
 # -- enumerate and fingerprint -------------------------------------------------------------------
 def _enumerate(max_size: int) -> dict[tuple, np.ndarray]:
+    """Every term of matrices, then every term of filters and images (no operator takes
+    both), with its fingerprint."""
     rng = np.random.default_rng(0)
-    value = {("var", v): rng.integers(-4, 5, size=tuple(FINGERPRINT_SIZES[s] for s in dims))
-             for v, dims in VARS.items()}
-    by_size = {0: list(value)}
+    value: dict[tuple, np.ndarray] = {}
+    for operands in (MATRICES, CONVOLUTION):
+        _enumerate_over(operands, max_size, value, rng)
+    return value
+
+
+def _enumerate_over(operands: dict, max_size: int, value: dict, rng) -> None:
+    by_size = {0: [("var", v) for v in operands]}
+    for v, dims in operands.items():
+        value[("var", v)] = rng.integers(-4, 5, size=tuple(FINGERPRINT_SIZES[s] for s in dims))
     for s in range(1, max_size + 1):
         made = []
         for a in by_size[s - 1]:
@@ -80,7 +89,6 @@ def _enumerate(max_size: int) -> dict[tuple, np.ndarray]:
                 continue  # (a term minus itself is a zero, which no graph computes)
             value[t] = _evaluate(t, value)
             by_size[s].append(t)
-    return value
 
 
 def _evaluate(t: tuple, value: dict) -> np.ndarray:
@@ -93,7 +101,7 @@ def _evaluate(t: tuple, value: dict) -> np.ndarray:
         d = int(t[0][-1])
         first = FINGERPRINT_SIZES[shape(t[1])[d][0]]
         return np.split(args[0], [first], axis=d)[t[0].startswith("tail")]
-    if t[0] == "mm":
+    if t[0] in ("mm", "conv"):
         return args[0] @ args[1]
     if t[0] == "add":
         return args[0] + args[1]
@@ -136,7 +144,7 @@ def proof_sizes(rule: GraphRule) -> list[dict[str, int]]:
 
 def _sums(t: tuple, symbol: str, dims: dict) -> int:
     """Summation indices over ``symbol``: one per piece of a product's inner size."""
-    own = shape(t[1], dims)[1].count(symbol) if t[0] == "mm" else 0
+    own = shape(t[1], dims)[1].count(symbol) if t[0] in ("mm", "conv") else 0
     return own + sum(_sums(c, symbol, dims) for c in t[1:])
 
 
@@ -154,6 +162,8 @@ def to_ir(t: tuple, sizes: dict[str, int], dims: dict = VARS):
         first = sizes[shape(t[1], dims)[d][0]]
         return ops.slice(args[0], d, 0, first) if t[0].startswith("head") else \
             ops.slice(args[0], d, first, None)
+    if t[0] == "conv":  # (a convolution's channel algebra: the module doc)
+        return ops.mm(*args)
     if t[0] in ("mm", "add", "sub", "mul"):
         return getattr(ops, t[0])(*args)
     return ops.cat(args, int(t[0][-1]))

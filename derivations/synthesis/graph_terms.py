@@ -1,17 +1,25 @@
 """The terms of TASO's graph rules (``derivations.synthesis.graph``): matrices and the
 operators ``mm``, ``add``, ``sub``, ``mul`` (elementwise), ``scale`` (by the rule's one
 scalar), ``T``, ``cat0``/``cat1`` and the slices that take a concatenation's first piece or
-the rest (``head0``/``tail0`` along rows, ``head1``/``tail1`` along columns); their shapes in
-size symbols, the most general sizes of a rule's operands, their text and one canonical form up
-to the associativity of sums and concatenations and the commutativity of sums."""
+the rest (``head0``/``tail0`` along rows, ``head1``/``tail1`` along columns); and
+convolutions: ``conv(F, A)`` of filters ``F`` (output channels × input channels, as rows ×
+columns) and images ``A`` (channels × positions). Their shapes in size symbols, their kinds
+(which operator applies to what), the most general sizes of a rule's operands, their text
+and one canonical form up to the associativity of sums and concatenations and the
+commutativity of sums."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-VARS = {"X": ("m", "k"), "Z": ("m", "k"), "Y": ("m", "p"), "W": ("k", "n"), "U": ("k", "n"),
-        "V": ("p", "n")}
-BINARY = ("mm", "add", "sub", "mul", "cat0", "cat1")
+MATRICES = {"X": ("m", "k"), "Z": ("m", "k"), "Y": ("m", "p"), "W": ("k", "n"),
+            "U": ("k", "n"), "V": ("p", "n")}
+# filters F, G, H (out × in channels) and images A, B, C (channels × positions)
+CONVOLUTION = {"F": ("o", "c"), "G": ("o", "c"), "H": ("o", "d"), "A": ("c", "q"),
+               "B": ("c", "q"), "C": ("d", "q")}
+VARS = MATRICES | CONVOLUTION
+FILTERS, IMAGES = {"F", "G", "H"}, {"A", "B", "C"}
+BINARY = ("mm", "conv", "add", "sub", "mul", "cat0", "cat1")
 UNARY = ("T", "scale", "head0", "tail0", "head1", "tail1")
 SUMS = ("add", "mul", "cat0", "cat1")   # associative: nested to the right in canonical form
 
@@ -39,6 +47,8 @@ def shape(t: tuple, typing: dict | None = None, unify=None) -> tuple | None:
     that must agree and answers whether they can."""
     same = unify or (lambda a, b: a == b)
     op = t[0]
+    if kind(t) is None:
+        return None
     if op == "var":
         return tuple((s,) for s in (typing or VARS)[t[1]])
     parts = [shape(c, typing, unify) for c in t[1:]]
@@ -55,7 +65,7 @@ def shape(t: tuple, typing: dict | None = None, unify=None) -> tuple | None:
         dims[d] = dims[d][:1] if op.startswith("head") else dims[d][1:]
         return tuple(dims)
     a, b = parts
-    if op == "mm":
+    if op in ("mm", "conv"):  # (a convolution's channels contract as a product's do)
         return (a[0], b[1]) if same(a[1], b[0]) else None
     if op in ("add", "sub", "mul"):
         return a if same(a[0], b[0]) and same(a[1], b[1]) else None
@@ -63,6 +73,26 @@ def shape(t: tuple, typing: dict | None = None, unify=None) -> tuple | None:
     if not same(a[1 - d], b[1 - d]):
         return None
     return (a[0] + b[0], a[1]) if d == 0 else (a[0], a[1] + b[1])
+
+
+def kind(t: tuple) -> str | None:
+    """``matrix``, ``filter``, ``image`` or ``feature`` (a convolution's output, an image of
+    other positions); None where an operator does not apply: a convolution takes a filter
+    and an image; ``mm`` and ``T`` take matrices; the rest keep their operands' kind, and
+    along columns (``cat1``, ``head1``, ``tail1``) apply to matrices and filters only (an
+    image's columns are its positions, which a channel algebra does not cut)."""
+    if t[0] == "var":
+        return "filter" if t[1] in FILTERS else "image" if t[1] in IMAGES else "matrix"
+    kinds = [kind(c) for c in t[1:]]
+    if None in kinds:
+        return None
+    if t[0] == "conv":
+        return "feature" if kinds == ["filter", "image"] else None
+    if t[0] in ("mm", "T"):
+        return "matrix" if set(kinds) == {"matrix"} else None
+    if len(set(kinds)) != 1 or t[0][-1] == "1" and kinds[0] not in ("matrix", "filter"):
+        return None
+    return kinds[0]
 
 
 def typing(rule: "GraphRule") -> dict[str, tuple[str, str]]:

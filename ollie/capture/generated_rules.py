@@ -44,6 +44,8 @@ import torch
 import torch.fx as fx
 
 from derivations.synthesis import graph as graph_synthesis
+from ollie.capture import conv_terms
+from ollie.capture.conv_terms import CONV
 from ollie.capture.slice_pieces import (Piece, match_pieces, nonnegative_pieces, operands,
                                         resolve_pieces, shape_of, split_point)
 
@@ -54,7 +56,7 @@ ARITHMETIC = {"add": aten.add.Tensor, "sub": aten.sub.Tensor,  # (no alpha: kwar
 SCALES = (aten.mul.Tensor, aten.div.Tensor)
 SLICES = ("head0", "tail0", "head1", "tail1")   # at a source's root only (``_directions``)
 SCALAR = "c"  # the binding of ``scale``'s number: (aten op, number)
-OPERATORS = ("mm", "add", "sub", "mul", "scale", "T", "cat0", "cat1") + SLICES
+OPERATORS = ("mm", CONV, "add", "sub", "mul", "scale", "T", "cat0", "cat1") + SLICES
 
 
 def mark_weights(gm: fx.GraphModule, indices) -> None:
@@ -90,7 +92,7 @@ def _builds(source: tuple, target: tuple) -> bool:
     ``scale``'s number, and no slice (a slice only at a source's root, where it is matched)."""
     ops, below = graph_synthesis.operators, list(source[1:]) if source[0] in SLICES else [source]
     return graph_synthesis.variables(target) <= graph_synthesis.variables(source) and \
-        ("scale" not in ops(target) or "scale" in ops(source)) and \
+        all(op not in ops(target) or op in ops(source) for op in ("scale", CONV)) and \
         not any(ops(t) & set(SLICES) for t in [target, *below])
 
 
@@ -113,9 +115,9 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
     for n in list(graph.nodes):
         if n in used or n.op != "call_function" or _rank(n) < 0:
             continue
-        kinds = {op for op in OPERATORS if _children(n, op)}
+        roots = {(op, of) for op, of in _roots() if _children(n, op, of)}
         for source, target, rule in _directions():
-            if source[0] not in kinds:  # (a rule's root operator: most nodes match none)
+            if (source[0], conv_terms.kind(source)) not in roots:  # (most nodes match none)
                 continue
             match = _match_root(source, n, rule)
             match = match and resolve_pieces(source, n, rule, *match)
@@ -141,12 +143,21 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
 
 
 # -- matching ------------------------------------------------------------------------------------
-def _children(n, op: str) -> list | None:
-    """The operands of ``n`` when it is the rules' operator ``op``."""
+@lru_cache(maxsize=1)
+def _roots() -> set[tuple[str, str]]:
+    """(operator, kind) of the rules' sources' roots."""
+    return {(source[0], conv_terms.kind(source)) for source, _, _ in _directions()}
+
+
+def _children(n, op: str, of: str = "matrix") -> list | None:
+    """The operands of ``n`` when it is the rules' operator ``op`` on terms of kind ``of``
+    (``conv_terms.kind``)."""
     if isinstance(n, tuple):  # an addmm's product, read as a term of its sum
         return list(n[1:]) if op == "mm" and n[0] == "mm" else None
     if not isinstance(n, fx.Node) or n.op != "call_function" or n.kwargs and op != "T":
         return None
+    if of != "matrix" and op not in ARITHMETIC and op != "scale":  # (no slice: 2-d only)
+        return conv_terms.children(n, op, of)
     if op == "mm" and n.target == aten.mm.default:
         return list(n.args)
     if op in ARITHMETIC and n.target == ARITHMETIC[op] and \
@@ -172,13 +183,15 @@ def _match(pattern: tuple, item, binding: dict, inner: set, pieces: bool = False
     """Whether ``item`` matches ``pattern``, extending ``binding`` and the matched nodes
     ``inner``; ``pieces``: under a slice, where a matrix matches ``cat(X, Z)``."""
     if pattern[0] == "var":
-        if not isinstance(item, fx.Node) or _rank(item) != 2:
+        if not conv_terms.operand_fits(pattern[1], item):
             return False
         return binding.setdefault(pattern[1], item) is item
-    children = _children(item, pattern[0])
+    children = _children(item, pattern[0], conv_terms.kind(pattern))
     if children is None:
         return pieces and match_pieces(pattern, item, binding)
-    scalar = {SCALAR: _scaled(item)[0]} if pattern[0] == "scale" else {}
+    scalar = {SCALAR: _scaled(item)[0]} if pattern[0] == "scale" else \
+        {CONV: conv_terms.settings(item), CONV + "_out": conv_terms.output_sizes(item)} \
+        if pattern[0] == CONV else {}
     orders = [children, children[::-1]] if pattern[0] in ("add", "mul") else [children]
     for order in orders:
         b, i = dict(binding), set(inner)
@@ -216,7 +229,10 @@ def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list, list]
 
 
 def _checked(binding, inner, rule) -> bool:
-    return graph_synthesis.consistent(rule, operands(binding, rule), shape_of) and \
+    shapes = {v: conv_terms.matrix_shape(v, b) if _rank(b) == 4 else shape_of(b)
+              for v, b in operands(binding, rule).items()}
+    return graph_synthesis.consistent(rule, shapes, lambda s: s) and \
+        conv_terms.agree(binding) and \
         not any(len(m.users) > 1 and not _is_view(m) for m in inner)
 
 
@@ -290,6 +306,8 @@ def _build(graph: fx.Graph, t: tuple, binding: dict) -> fx.Node:
         return graph.call_function(aten.mm.default, tuple(args))
     if t[0] in ARITHMETIC:
         return graph.call_function(ARITHMETIC[t[0]], tuple(args))
+    if conv_terms.kind(t) != "matrix":
+        return conv_terms.build(graph, t[0], args, conv_terms.kind(t), binding)
     return graph.call_function(aten.cat.default, (args, int(t[0][-1])))
 
 
@@ -330,7 +348,8 @@ def _cost(t: tuple, binding: dict, constant: set, root: fx.Node | None = None) -
     def walk(t) -> tuple[tuple[int, int], bool]:  # (shape, reads only weights)
         if t[0] == "var":
             b = binding[t[1]]
-            return shape_of(b), (b.node if isinstance(b, Piece) else b) in constant
+            sizes = conv_terms.cost_shape(t[1], b) if _rank(b) == 4 else shape_of(b)
+            return sizes, (b.node if isinstance(b, Piece) else b) in constant
         parts = [walk(c) for c in t[1:]]
         shapes = [s for s, _ in parts]
         fixed = all(c for _, c in parts)
@@ -344,13 +363,15 @@ def _cost(t: tuple, binding: dict, constant: set, root: fx.Node | None = None) -
             return shape_of(cut[1].node), fixed
         if t[0] == "mm":
             out = (shapes[0][0], shapes[1][1])
+        elif t[0] == CONV:  # (the filter's columns hold its kernel: in · kernel area)
+            out = (shapes[0][0], conv_terms.output_positions(binding))
         elif t[0] in ARITHMETIC or t[0] == "scale":
             out = shapes[0]
         else:
             d = int(t[0][-1])
             out = tuple(a + b if i == d else a for i, (a, b) in enumerate(zip(*shapes)))
         if not fixed:
-            total[0] += shapes[0][0] * shapes[0][1] * shapes[1][1] if t[0] == "mm" else 0
+            total[0] += shapes[0][0] * shapes[0][1] * out[1] if t[0] in ("mm", CONV) else 0
             total[1] += 1
             total[2] += math.prod(out)
         return out, fixed

@@ -1,0 +1,128 @@
+"""Convolutions as the generated rules' ``conv`` (``derivations.synthesis.graph``): how
+``ollie.capture.generated_rules`` reads, sizes and builds them in an ATen graph.
+
+A rule's filters (``F``, ``G``, ``H``: out channels × in channels) are 4-d weights of
+``aten.convolution`` and its images (``A``, ``B``, ``C``: channels × positions) 4-d inputs
+(batch, channels, height, width). ``conv(F, A)`` is a convolution without bias, groups 1,
+not transposed; every convolution of one match has one kernel size, stride, padding and
+dilation (the rule's proof takes them equal), every filter that kernel size and every image
+one batch and image size (else elementwise arithmetic would broadcast). Concatenations and
+sums keep their kind (``graph_terms.kind``): an image's or a convolution's channels are dim
+1; a filter's rows are dim 0, its columns dim 1.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx as fx
+
+from derivations.synthesis import graph_terms
+
+aten = torch.ops.aten
+CONV = "conv"  # the binding of a match's convolutions: (kernel size, stride, padding, dilation)
+
+
+def kind(pattern: tuple) -> str:
+    """The kind of a rule's term (``matrix``, ``filter``, ``image`` or ``feature``)."""
+    return graph_terms.kind(pattern) or "matrix"
+
+
+def children(n: fx.Node, op: str, of: str) -> list | None:
+    """The operands of ``n`` where it is ``op`` on terms of kind ``of`` (not a matrix):
+    ``conv`` as [filter, image], ``cat0``/``cat1`` of two 4-d tensors along that kind's
+    dim."""
+    if op == CONV and settings(n) is not None:
+        return [n.args[1], n.args[0]]
+    if op in ("cat0", "cat1") and n.target == aten.cat.default and _rank(n) == 4 and \
+            len(n.args[0]) == 2:
+        dim = (n.args[1] if len(n.args) > 1 else 0) % 4
+        return list(n.args[0]) if dim == channel_dim(op, of) else None
+    return None
+
+
+def channel_dim(op: str, of: str) -> int:
+    """The dim that ``op`` (a concatenation) cuts on a 4-d term of kind ``of``."""
+    if of == "filter":
+        return int(op[-1])
+    return 1 if op == "cat0" else -1  # (an image's positions are not cut)
+
+
+def settings(n) -> tuple | None:
+    """(kernel size, stride, padding, dilation) of a convolution node without bias, groups 1,
+    not transposed; None for anything else."""
+    if not isinstance(n, fx.Node) or n.op != "call_function" or \
+            n.target != aten.convolution.default or n.kwargs or len(n.args) != 9:
+        return None
+    x, w, bias, stride, padding, dilation, transposed, output_padding, groups = n.args
+    if bias is not None or transposed or groups != 1 or _rank(w) != 4 or _rank(x) != 4:
+        return None
+    return tuple(w.meta["val"].shape[2:]), tuple(stride), tuple(padding), tuple(dilation)
+
+
+def operand_fits(name: str, node) -> bool:
+    """Whether ``node`` can be the rule's operand ``name``: a 4-d tensor for a filter or an
+    image, a matrix otherwise."""
+    wanted = 4 if name in graph_terms.FILTERS | graph_terms.IMAGES else 2
+    return isinstance(node, fx.Node) and _rank(node) == wanted
+
+
+def agree(binding: dict) -> bool:
+    """Whether the bound filters have the convolutions' kernel size and the bound images one
+    batch and image size."""
+    filters = {_sizes(b)[2:] for v, b in binding.items() if v in graph_terms.FILTERS}
+    images = {(_sizes(b)[0], *_sizes(b)[2:]) for v, b in binding.items()
+              if v in graph_terms.IMAGES}
+    if CONV in binding:
+        filters.add(binding[CONV][0])
+    return len(filters) <= 1 and len(images) <= 1
+
+
+def matrix_shape(name: str, node) -> tuple:
+    """The operand's two sizes as the rule reads them: (out, in) channels of a filter,
+    (channels, the rest) of an image."""
+    s = _sizes(node)
+    if name in graph_terms.IMAGES:
+        return s[1], (s[0], *s[2:])
+    return s[:2] if name in graph_terms.FILTERS else s
+
+
+def cost_shape(name: str, node) -> tuple:
+    """The operand's sizes for the costs: a filter's (out channels, in channels · kernel
+    area), an image's (channels, batch · image area)."""
+    s = _sizes(node)
+    if name in graph_terms.FILTERS:
+        return s[0], s[1] * math.prod(s[2:])
+    if name in graph_terms.IMAGES:
+        return s[1], s[0] * math.prod(s[2:])
+    return s
+
+
+def output_sizes(n: fx.Node) -> tuple:
+    """A convolution's batch and output image sizes: one for every convolution of a match."""
+    s = _sizes(n)
+    return (s[0], *s[2:])
+
+
+def output_positions(binding: dict):
+    """Batch · output positions of the match's convolutions."""
+    return math.prod(binding[CONV + "_out"])
+
+
+def build(graph: fx.Graph, op: str, args: list, of: str, binding: dict) -> fx.Node:
+    """The node of ``op`` (``conv`` or a concatenation) on ``args``, of kind ``of``."""
+    if op == CONV:
+        _, stride, padding, dilation = binding[CONV]
+        return graph.call_function(aten.convolution.default, (
+            args[1], args[0], None, list(stride), list(padding), list(dilation), False,
+            [0] * len(stride), 1))
+    return graph.call_function(aten.cat.default, (args, channel_dim(op, of)))
+
+
+def _sizes(node) -> tuple:
+    return tuple(d if isinstance(d, int) else d.node.expr for d in node.meta["val"].shape)
+
+
+def _rank(n) -> int:
+    val = n.meta.get("val") if isinstance(n, fx.Node) else None
+    return val.dim() if isinstance(val, torch.Tensor) else -1
