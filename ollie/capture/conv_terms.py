@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 import torch.fx as fx
 
@@ -57,7 +58,7 @@ def settings(n) -> tuple | None:
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = n.args
     if bias is not None or transposed or groups != 1 or _rank(w) != 4 or _rank(x) != 4:
         return None
-    return tuple(w.meta["val"].shape[2:]), tuple(stride), tuple(padding), tuple(dilation)
+    return _sizes(w)[2:], *(tuple(map(_expr, v)) for v in (stride, padding, dilation))
 
 
 def operand_fits(name: str, node) -> bool:
@@ -105,8 +106,12 @@ def output_sizes(n: fx.Node) -> tuple:
 
 
 def output_positions(binding: dict):
-    """Batch · output positions of the match's convolutions."""
-    return math.prod(binding[CONV + "_out"])
+    """Batch · output positions of the match's convolutions. At symbolic sizes a strided
+    output's size is a floor of its input's: it becomes a symbol of its own, at least 0,
+    so that costs stay polynomials (every convolution of a match has these sizes)."""
+    return math.prod(d if isinstance(d, int) or d.is_polynomial() else
+                     sympy.Symbol(f"conv_out{i}", nonnegative=True)
+                     for i, d in enumerate(binding[CONV + "_out"]))
 
 
 def build(graph: fx.Graph, op: str, args: list, of: str, binding: dict) -> fx.Node:
@@ -120,7 +125,12 @@ def build(graph: fx.Graph, op: str, args: list, of: str, binding: dict) -> fx.No
 
 
 def _sizes(node) -> tuple:
-    return tuple(d if isinstance(d, int) else d.node.expr for d in node.meta["val"].shape)
+    """Integers, or the expressions of symbolic sizes (a SymInt comparison adds a guard)."""
+    return tuple(map(_expr, node.meta["val"].shape))
+
+
+def _expr(size):
+    return size.node.expr if isinstance(size, torch.SymInt) else size
 
 
 def _rank(n) -> int:

@@ -98,6 +98,73 @@ def test_a_slice_that_takes_the_wrong_piece_or_a_scale_that_is_a_square_is_not_p
         assert proven is None and "values differ" in why, text
 
 
+def test_synthesis_finds_the_channel_algebra_of_convolutions(synthesis):
+    kept = {str(graph.GraphRule(r.lhs, r.rhs)) for r in synthesis.kept}
+    assert {"cat0(conv(F, A), conv(G, A)) = conv(cat0(F, G), A)",       # one input, merged
+            "conv(cat1(F, G), cat0(A, B)) = add(conv(F, A), conv(G, B))",  # summed branches
+            "sub(conv(F, A), conv(G, A)) = conv(sub(F, G), A)",
+            "head0(conv(cat0(F, G), A)) = conv(F, A)",                  # channels of an output
+            "scale(conv(F, A)) = conv(F, scale(A))"} <= kept
+
+
+def test_convolutions_take_filters_and_images_only():
+    for bad in ["conv(A, F)", "conv(X, U)", "mm(F, A)", "T(F)", "cat1(A, B)",
+                "add(conv(F, A), A)", "cat0(F, X)"]:
+        with pytest.raises(ValueError):
+            graph.parse(bad)
+    assert graph.shape(graph.parse("conv(cat1(F, H), cat0(A, C))")) == (("o",), ("q",))
+    proven, why = graph.proven(rule("cat0(conv(F, A), conv(G, A)) = conv(cat0(G, F), A)"))
+    assert proven is None and why   # the output's channel pieces in the wrong order
+
+
+def _convolved(t, values, dims, sizes):
+    """Term ``t`` with ``conv`` a real 2-d convolution (kernel 3, stride 2, padding 1,
+    dilation 2) on filters (out, in, 3, 3) and images (batch 2, channels, 9, 7)."""
+    import torch
+    from derivations.synthesis import graph_terms
+    if t[0] == "var":
+        return values[t[1]]
+    args = [_convolved(c, values, dims, sizes) for c in t[1:]]
+    kind = graph_terms.kind(t)
+    dim = {"0": 0 if kind == "filter" else 1, "1": 1}[t[0][-1]] if t[0][-1] in "01" else None
+    if t[0] == "conv":
+        return torch.nn.functional.conv2d(args[1], args[0], stride=2, padding=1, dilation=2)
+    if t[0] in ("add", "sub", "mul"):
+        return getattr(torch, t[0])(*args)
+    if t[0] == "scale":
+        return 7 * args[0]
+    if t[0].startswith("cat"):
+        return torch.cat(args, dim)
+    first = sizes[graph.shape(t[1], dims)[int(t[0][-1])][0]]
+    return args[0].narrow(dim, 0, first) if t[0].startswith("head") else \
+        args[0].narrow(dim, first, args[0].shape[dim] - first)
+
+
+def test_every_convolution_rule_holds_for_real_convolutions():
+    """The rules are proven with ``conv`` read as a product (``derivations.synthesis.graph``
+    says why that covers every kernel, stride, padding and dilation): check them on real
+    ones, exactly (small integers in float64)."""
+    import torch
+    from derivations.synthesis import graph_terms
+    checked = 0
+    for r in graph.loaded_rules():
+        if "conv" not in graph.to_text(r.lhs) + graph.to_text(r.rhs):
+            continue
+        dims = r.dims
+        sizes = {s: 2 + i for i, s in enumerate(sorted({s for d in dims.values() for s in d}))}
+        gen = torch.Generator().manual_seed(checked)
+        values = {}
+        for v, (rows, cols) in dims.items():
+            shape = (sizes[rows], sizes[cols], 3, 3) if v in graph_terms.FILTERS else \
+                (2, sizes[rows], 9, 7)
+            values[v] = torch.randint(-3, 4, shape, generator=gen).double()
+        lhs = _convolved(r.lhs, values, dims, sizes)
+        rhs = _convolved(r.rhs, values, dims, sizes)
+        assert torch.equal(lhs, rhs), str(r)
+        checked += 1
+    assert checked >= 10
+
+
 def test_pruning_drops_rules_the_kept_ones_derive(synthesis):
     kept = {str(graph.GraphRule(r.lhs, r.rhs)) for r in synthesis.kept}
     assert synthesis.candidates > 5 * len(synthesis.kept)

@@ -304,3 +304,48 @@ def test_a_language_model_head_computes_only_the_last_position_at_every_length()
             torch.testing.assert_close(compiled(h), model(h), rtol=1e-5, atol=1e-5)
     assert len(backend.reports) == 2
     assert "generated: tail0(mm(cat0(X, Z), U)) → mm(Z, U)" in backend.reports[1].substitutions
+
+
+def test_a_difference_of_convolutions_of_one_input_is_one_convolution():
+    def fn(x, w1, w2):  # sub(conv(F, A), conv(G, A)) = conv(sub(F, G), A)
+        return torch.relu(F.conv2d(x, w1, stride=2, padding=1) -
+                          F.conv2d(x, w2, stride=2, padding=1))
+    args = (torch.randn(2, 8, 11, 9), torch.randn(16, 8, 3, 3), torch.randn(16, 8, 3, 3))
+    for gm, fakes in (graph_of(fn, *args), symbolic_graph_of(fn, *args)):
+        new, applied = graph_rules.substitute(gm, fakes)
+        assert applied == ["generated: sub(conv(F, A), conv(G, A)) → conv(sub(F, G), A)"]
+        assert count(new, aten.convolution.default) == 1
+        torch.testing.assert_close(new(*args), fn(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_convolutions_of_other_kernels_strides_or_batches_are_not_merged():
+    x, w = torch.randn(2, 8, 10, 10), torch.randn(16, 8, 3, 3)
+    cases = [  # each pair would broadcast or differ in its positions, not merge
+        (lambda x, w, v: F.conv2d(x, w, stride=2) - F.conv2d(x, v, stride=2),
+         (torch.randn(2, 8, 9, 9), w, torch.randn(16, 8, 2, 2))),  # kernels 3, 2: 4×4 both
+        (lambda x, w, v: F.conv2d(x, w, padding=1) - F.conv2d(x, v, padding=1, dilation=1,
+                                                              stride=1, groups=2),
+         (x, w, torch.randn(16, 4, 3, 3))),
+        (lambda x, y, w: F.conv2d(x, w) - F.conv2d(y, w), (x, torch.randn(1, 8, 10, 10), w)),
+    ]
+    for fn, args in cases:
+        gm, fakes = graph_of(fn, *args)
+        new, applied = graph_rules.substitute(gm, fakes)
+        assert not any(line.startswith("generated: ") and "conv" in line for line in applied)
+        if new is not None:  # (another rule's rewrite)
+            torch.testing.assert_close(new(*args), fn(*args))
+
+
+def test_convolution_rules_merge_summed_branches_on_weights():
+    def fn(x, y, w1, w2):  # add(conv(F, A), conv(G, B)) = conv(cat1(F, G), cat0(A, B))
+        return F.conv2d(x, w1) + F.conv2d(y, w2)
+    args = (torch.randn(2, 8, 10, 10), torch.randn(2, 4, 10, 10), torch.randn(16, 8, 3, 3),
+            torch.randn(16, 4, 3, 3))
+    gm, _ = graph_of(fn, *args)
+    generated_rules.mark_weights(gm, [2, 3])  # (the filters' concatenation is folded)
+    applied = generated_rules.apply(gm.graph)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    assert applied == ["generated: add(conv(F, A), conv(G, B)) → conv(cat1(F, G), cat0(A, B))"]
+    assert count(gm, aten.convolution.default) == 1
+    torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-4, atol=1e-4)
