@@ -2,7 +2,8 @@
 ``ollie.capture.graph_rules.RULES``) applied to ATen graphs.
 
 Each rule ``lhs = rhs`` was found and proven by ``derivations.synthesis.graph`` over ``mm``,
-``add``, ``sub``, ``mul``, ``scale``, ``T``, ``cat`` and the slices ``head``/``tail``; here it
+``conv``, ``add``, ``sub``, ``mul``, ``scale``, ``T``, ``cat`` and the slices
+``head``/``tail``; here it
 is matched in either direction (with its instance on untransposed operands,
 ``graph.untransposed``) and applied where the other side costs less: fewer multiply-adds
 first, then fewer kernels, then fewer elements written.
@@ -19,7 +20,8 @@ a multiplication or division by one finite Python number (the same wherever a ru
 of a matrix from its start (``head``) or to its end (``tail``), step 1. Under a slice, a
 matrix matches ``cat(X, Z)`` as its two pieces at the slice's point: so ``(x @ W)[:r]``
 becomes ``x[:r] @ W`` (``head0(mm(cat0(X, Z), U)) = mm(X, U)``), computing only the rows it
-keeps. A sum is matched up to the
+keeps. ``aten.convolution`` without bias, groups 1, is ``conv`` (``ollie.capture.conv_terms``:
+its filters and images, and what every convolution of a match must share). A sum is matched up to the
 order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
 (so a linear layer's bias is one more term, added back), and terms that are one view of
 matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as the sum

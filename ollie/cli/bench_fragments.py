@@ -2,6 +2,8 @@
 (``ollie.capture.graph_rules``): two spellings of each family, written here."""
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -50,6 +52,19 @@ class ConvBranches(nn.Module):
 
     def forward(self, x):
         return F.relu(self.a(x) + self.b(x))
+
+
+class ConvDifference(nn.Module):
+    """A difference of two 5×5 filters of one input, without biases (a learned
+    difference-of-Gaussians edge filter): one convolution by the filters' difference."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(c, c, 5, 5) / (5 * math.sqrt(c)))
+        self.b = nn.Parameter(torch.randn(c, c, 5, 5) / (5 * math.sqrt(c)))
+
+    def forward(self, x):
+        return torch.tanh(F.conv2d(x, self.a, padding=2) - F.conv2d(x, self.b, padding=2))
 
 
 class RepVGGBlock(nn.Module):

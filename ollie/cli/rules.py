@@ -30,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "derivations/rules/generated.py; '-' for standard output)")
     s.add_argument("--check", action="store_true", help="write nothing; exit 1 if the "
                    "checked-in file differs from what would be written")
-    s.add_argument("--graph", action="store_true", help="rules over graph operators (mm, add, "
-                   "transpose, cat) instead: derivations/rules/graph_generated.py")
+    s.add_argument("--graph", action="store_true", help="rules over graph operators (mm, conv, "
+                   "add, mul, scale, transpose, cat, slices) instead: "
+                   "derivations/rules/graph_generated.py")
     sub.add_parser("list", help="the generated rules, their tags and which ones load")
     v = sub.add_parser("verify", help="verify one rule 'lhs = rhs' over the synthesis terms")
     v.add_argument("rule", help="e.g. 'exp(a + b) = exp(a) * exp(b)'")
