@@ -1,9 +1,9 @@
 """Convolutions as the generated rules' ``conv`` (``derivations.synthesis.graph``): how
 ``ollie.capture.generated_rules`` reads, sizes and builds them in an ATen graph.
 
-A rule's filters (``F``, ``G``, ``H``: out channels × in channels) are 4-d weights of
-``aten.convolution`` and its images (``A``, ``B``, ``C``: channels × positions) 4-d inputs
-(batch, channels, height, width). ``conv(F, A)`` is a convolution without bias, groups 1,
+A rule's filters (``F``, ``G``, ``H``: out channels × in channels) are weights of
+``aten.convolution`` (out, in, kernel sizes) and its images (``A``, ``B``, ``C``: channels ×
+positions) its inputs (batch, channels, positions), of 1, 2 or 3 spatial dims. ``conv(F, A)`` is a convolution without bias, groups 1,
 not transposed; every convolution of one match has one kernel size, stride, padding and
 dilation (the rule's proof takes them equal), every filter that kernel size and every image
 one batch and image size (else elementwise arithmetic would broadcast). Concatenations and
@@ -31,19 +31,18 @@ def kind(pattern: tuple) -> str:
 
 def children(n: fx.Node, op: str, of: str) -> list | None:
     """The operands of ``n`` where it is ``op`` on terms of kind ``of`` (not a matrix):
-    ``conv`` as [filter, image], ``cat0``/``cat1`` of two 4-d tensors along that kind's
-    dim."""
+    ``conv`` as [filter, image], ``cat0``/``cat1`` of two tensors along that kind's dim."""
     if op == CONV and settings(n) is not None:
         return [n.args[1], n.args[0]]
-    if op in ("cat0", "cat1") and n.target == aten.cat.default and _rank(n) == 4 and \
+    if op in ("cat0", "cat1") and n.target == aten.cat.default and _rank(n) >= 3 and \
             len(n.args[0]) == 2:
-        dim = (n.args[1] if len(n.args) > 1 else 0) % 4
+        dim = (n.args[1] if len(n.args) > 1 else 0) % _rank(n)
         return list(n.args[0]) if dim == channel_dim(op, of) else None
     return None
 
 
 def channel_dim(op: str, of: str) -> int:
-    """The dim that ``op`` (a concatenation) cuts on a 4-d term of kind ``of``."""
+    """The dim that ``op`` (a concatenation) cuts on a term of kind ``of``."""
     if of == "filter":
         return int(op[-1])
     return 1 if op == "cat0" else -1  # (an image's positions are not cut)
@@ -56,21 +55,26 @@ def settings(n) -> tuple | None:
             n.target != aten.convolution.default or n.kwargs or len(n.args) != 9:
         return None
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = n.args
-    if bias is not None or transposed or groups != 1 or _rank(w) != 4 or _rank(x) != 4:
+    if bias is not None or transposed or groups != 1 or _rank(w) < 3 or _rank(x) != _rank(w):
         return None
     return _sizes(w)[2:], *(tuple(map(_expr, v)) for v in (stride, padding, dilation))
 
 
 def operand_fits(name: str, node) -> bool:
-    """Whether ``node`` can be the rule's operand ``name``: a 4-d tensor for a filter or an
-    image, a matrix otherwise."""
-    wanted = 4 if name in graph_terms.FILTERS | graph_terms.IMAGES else 2
-    return isinstance(node, fx.Node) and _rank(node) == wanted
+    """Whether ``node`` can be the rule's operand ``name``: a tensor of spatial dims for a
+    filter or an image, a matrix otherwise."""
+    if not isinstance(node, fx.Node):
+        return False
+    return _rank(node) >= 3 if is_convolution_operand(name) else _rank(node) == 2
+
+
+def is_convolution_operand(name: str) -> bool:
+    return name in graph_terms.FILTERS | graph_terms.IMAGES
 
 
 def agree(binding: dict) -> bool:
     """Whether the bound filters have the convolutions' kernel size and the bound images one
-    batch and image size."""
+    batch and image size (and so one rank)."""
     filters = {_sizes(b)[2:] for v, b in binding.items() if v in graph_terms.FILTERS}
     images = {(_sizes(b)[0], *_sizes(b)[2:]) for v, b in binding.items()
               if v in graph_terms.IMAGES}
@@ -106,10 +110,11 @@ def output_sizes(n: fx.Node) -> tuple:
 
 
 def output_positions(binding: dict):
-    """Batch · output positions of the match's convolutions. At symbolic sizes a strided
-    output's size is a floor of its input's: it becomes a symbol of its own, at least 0,
-    so that costs stay polynomials (every convolution of a match has these sizes)."""
-    return math.prod(d if isinstance(d, int) or d.is_polynomial() else
+    """Batch · output positions of the match's convolutions. At symbolic sizes an output
+    size is an expression of its input's (``s2 - s4 + 5``, a floor where strided): each
+    becomes a symbol of its own, at least 0, so that a cost difference with no negative
+    coefficient is one at every size (every convolution of a match has these sizes)."""
+    return math.prod(d if isinstance(d, int) or d.is_Symbol else
                      sympy.Symbol(f"conv_out{i}", nonnegative=True)
                      for i, d in enumerate(binding[CONV + "_out"]))
 

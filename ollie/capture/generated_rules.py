@@ -231,7 +231,8 @@ def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list, list]
 
 
 def _checked(binding, inner, rule) -> bool:
-    shapes = {v: conv_terms.matrix_shape(v, b) if _rank(b) == 4 else shape_of(b)
+    shapes = {v: conv_terms.matrix_shape(v, b) if conv_terms.is_convolution_operand(v)
+              else shape_of(b)
               for v, b in operands(binding, rule).items()}
     return graph_synthesis.consistent(rule, shapes, lambda s: s) and \
         conv_terms.agree(binding) and \
@@ -350,7 +351,8 @@ def _cost(t: tuple, binding: dict, constant: set, root: fx.Node | None = None) -
     def walk(t) -> tuple[tuple[int, int], bool]:  # (shape, reads only weights)
         if t[0] == "var":
             b = binding[t[1]]
-            sizes = conv_terms.cost_shape(t[1], b) if _rank(b) == 4 else shape_of(b)
+            sizes = conv_terms.cost_shape(t[1], b) if conv_terms.is_convolution_operand(t[1]) \
+                else shape_of(b)
             return sizes, (b.node if isinstance(b, Piece) else b) in constant
         parts = [walk(c) for c in t[1:]]
         shapes = [s for s, _ in parts]

@@ -1,5 +1,6 @@
 """Generated graph rules (``ollie.capture.generated_rules``) on ATen graphs and through the
 backend."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -306,11 +307,15 @@ def test_a_language_model_head_computes_only_the_last_position_at_every_length()
     assert "generated: tail0(mm(cat0(X, Z), U)) → mm(Z, U)" in backend.reports[1].substitutions
 
 
-def test_a_difference_of_convolutions_of_one_input_is_one_convolution():
+@pytest.mark.parametrize("spatial", [(11, 9), (32,), (6, 7, 5)])
+def test_a_difference_of_convolutions_of_one_input_is_one_convolution(spatial):
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(spatial)]
+
     def fn(x, w1, w2):  # sub(conv(F, A), conv(G, A)) = conv(sub(F, G), A)
-        return torch.relu(F.conv2d(x, w1, stride=2, padding=1) -
-                          F.conv2d(x, w2, stride=2, padding=1))
-    args = (torch.randn(2, 8, 11, 9), torch.randn(16, 8, 3, 3), torch.randn(16, 8, 3, 3))
+        return torch.relu(conv(x, w1, stride=2, padding=1) - conv(x, w2, stride=2, padding=1))
+    kernel = (3,) * len(spatial)
+    args = (torch.randn(2, 8, *spatial), torch.randn(16, 8, *kernel),
+            torch.randn(16, 8, *kernel))
     for gm, fakes in (graph_of(fn, *args), symbolic_graph_of(fn, *args)):
         new, applied = graph_rules.substitute(gm, fakes)
         assert applied == ["generated: sub(conv(F, A), conv(G, A)) → conv(sub(F, G), A)"]
