@@ -22,6 +22,7 @@ from derivations.synthesis import graph_terms
 
 aten = torch.ops.aten
 CONV = "conv"  # the binding of a match's convolutions: (kernel size, stride, padding, dilation)
+CONV_OUT = "conv_out"  # ... and of their batch and output sizes
 
 
 def kind(pattern: tuple) -> str:
@@ -87,9 +88,7 @@ def matrix_shape(name: str, node) -> tuple:
     """The operand's two sizes as the rule reads them: (out, in) channels of a filter,
     (channels, the rest) of an image."""
     s = _sizes(node)
-    if name in graph_terms.IMAGES:
-        return s[1], (s[0], *s[2:])
-    return s[:2] if name in graph_terms.FILTERS else s
+    return (s[1], (s[0], *s[2:])) if name in graph_terms.IMAGES else s[:2]
 
 
 def cost_shape(name: str, node) -> tuple:
@@ -98,9 +97,7 @@ def cost_shape(name: str, node) -> tuple:
     s = _sizes(node)
     if name in graph_terms.FILTERS:
         return s[0], s[1] * math.prod(s[2:])
-    if name in graph_terms.IMAGES:
-        return s[1], s[0] * math.prod(s[2:])
-    return s
+    return s[1], s[0] * math.prod(s[2:])
 
 
 def output_sizes(n: fx.Node) -> tuple:
@@ -116,7 +113,7 @@ def output_positions(binding: dict):
     coefficient is one at every size (every convolution of a match has these sizes)."""
     return math.prod(d if isinstance(d, int) or d.is_Symbol else
                      sympy.Symbol(f"conv_out{i}", nonnegative=True)
-                     for i, d in enumerate(binding[CONV + "_out"]))
+                     for i, d in enumerate(binding[CONV_OUT]))
 
 
 def build(graph: fx.Graph, op: str, args: list, of: str, binding: dict) -> fx.Node:

@@ -2,9 +2,8 @@
 ``ollie.capture.graph_rules.RULES``) applied to ATen graphs.
 
 Each rule ``lhs = rhs`` was found and proven by ``derivations.synthesis.graph`` over ``mm``,
-``conv``, ``add``, ``sub``, ``mul``, ``scale``, ``T``, ``cat`` and the slices
-``head``/``tail``; here it
-is matched in either direction (with its instance on untransposed operands,
+``conv``, ``add``, ``sub``, ``mul``, ``scale``, ``T``, ``cat`` and the slices ``head``/``tail``;
+here it is matched in either direction (with its instance on untransposed operands,
 ``graph.untransposed``) and applied where the other side costs less: fewer multiply-adds
 first, then fewer kernels, then fewer elements written.
 What reads only weights costs nothing (it is folded once, ``ollie.capture.folding``), and
@@ -21,8 +20,8 @@ of a matrix from its start (``head``) or to its end (``tail``), step 1. Under a 
 matrix matches ``cat(X, Z)`` as its two pieces at the slice's point: so ``(x @ W)[:r]``
 becomes ``x[:r] @ W`` (``head0(mm(cat0(X, Z), U)) = mm(X, U)``), computing only the rows it
 keeps. ``aten.convolution`` without bias, groups 1, is ``conv`` (``ollie.capture.conv_terms``:
-its filters and images, and what every convolution of a match must share). A sum is matched up to the
-order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
+its filters and images, and what every convolution of a match must share). A sum is matched
+up to the order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
 (so a linear layer's bias is one more term, added back), and terms that are one view of
 matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as the sum
 of the matrices, viewed. Operands must give each of the rule's
@@ -47,7 +46,7 @@ import torch.fx as fx
 
 from derivations.synthesis import graph as graph_synthesis
 from ollie.capture import conv_terms
-from ollie.capture.conv_terms import CONV
+from ollie.capture.conv_terms import CONV, CONV_OUT
 from ollie.capture.slice_pieces import (Piece, match_pieces, nonnegative_pieces, operands,
                                         resolve_pieces, shape_of, split_point)
 
@@ -192,7 +191,7 @@ def _match(pattern: tuple, item, binding: dict, inner: set, pieces: bool = False
     if children is None:
         return pieces and match_pieces(pattern, item, binding)
     scalar = {SCALAR: _scaled(item)[0]} if pattern[0] == "scale" else \
-        {CONV: conv_terms.settings(item), CONV + "_out": conv_terms.output_sizes(item)} \
+        {CONV: conv_terms.settings(item), CONV_OUT: conv_terms.output_sizes(item)} \
         if pattern[0] == CONV else {}
     orders = [children, children[::-1]] if pattern[0] in ("add", "mul") else [children]
     for order in orders:
