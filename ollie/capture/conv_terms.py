@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from derivations.synthesis import graph_terms
+from ollie.capture.slice_pieces import rank, shape_of
 
 aten = torch.ops.aten
 CONV = "conv"  # the binding of a match's convolutions: (kernel size, stride, padding, dilation)
@@ -35,9 +36,9 @@ def children(n: fx.Node, op: str, of: str) -> list | None:
     ``conv`` as [filter, image], ``cat0``/``cat1`` of two tensors along that kind's dim."""
     if op == CONV and settings(n) is not None:
         return [n.args[1], n.args[0]]
-    if op in ("cat0", "cat1") and n.target == aten.cat.default and _rank(n) >= 3 and \
+    if op in ("cat0", "cat1") and n.target == aten.cat.default and rank(n) >= 3 and \
             len(n.args[0]) == 2:
-        dim = (n.args[1] if len(n.args) > 1 else 0) % _rank(n)
+        dim = (n.args[1] if len(n.args) > 1 else 0) % rank(n)
         return list(n.args[0]) if dim == channel_dim(op, of) else None
     return None
 
@@ -56,9 +57,9 @@ def settings(n) -> tuple | None:
             n.target != aten.convolution.default or n.kwargs or len(n.args) != 9:
         return None
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = n.args
-    if bias is not None or transposed or groups != 1 or _rank(w) < 3 or _rank(x) != _rank(w):
+    if bias is not None or transposed or groups != 1 or rank(w) < 3 or rank(x) != rank(w):
         return None
-    return _sizes(w)[2:], *(tuple(map(_expr, v)) for v in (stride, padding, dilation))
+    return shape_of(w)[2:], *(tuple(map(_expr, v)) for v in (stride, padding, dilation))
 
 
 def operand_fits(name: str, node) -> bool:
@@ -66,7 +67,7 @@ def operand_fits(name: str, node) -> bool:
     filter or an image, a matrix otherwise."""
     if not isinstance(node, fx.Node):
         return False
-    return _rank(node) >= 3 if is_convolution_operand(name) else _rank(node) == 2
+    return rank(node) >= 3 if is_convolution_operand(name) else rank(node) == 2
 
 
 def is_convolution_operand(name: str) -> bool:
@@ -76,8 +77,8 @@ def is_convolution_operand(name: str) -> bool:
 def agree(binding: dict) -> bool:
     """Whether the bound filters have the convolutions' kernel size and the bound images one
     batch and image size (and so one rank)."""
-    filters = {_sizes(b)[2:] for v, b in binding.items() if v in graph_terms.FILTERS}
-    images = {(_sizes(b)[0], *_sizes(b)[2:]) for v, b in binding.items()
+    filters = {shape_of(b)[2:] for v, b in binding.items() if v in graph_terms.FILTERS}
+    images = {(shape_of(b)[0], *shape_of(b)[2:]) for v, b in binding.items()
               if v in graph_terms.IMAGES}
     if CONV in binding:
         filters.add(binding[CONV][0])
@@ -87,14 +88,14 @@ def agree(binding: dict) -> bool:
 def matrix_shape(name: str, node) -> tuple:
     """The operand's two sizes as the rule reads them: (out, in) channels of a filter,
     (channels, the rest) of an image."""
-    s = _sizes(node)
+    s = shape_of(node)
     return (s[1], (s[0], *s[2:])) if name in graph_terms.IMAGES else s[:2]
 
 
 def cost_shape(name: str, node) -> tuple:
     """The operand's sizes for the costs: a filter's (out channels, in channels · kernel
     area), an image's (channels, batch · image area)."""
-    s = _sizes(node)
+    s = shape_of(node)
     if name in graph_terms.FILTERS:
         return s[0], s[1] * math.prod(s[2:])
     return s[1], s[0] * math.prod(s[2:])
@@ -102,7 +103,7 @@ def cost_shape(name: str, node) -> tuple:
 
 def output_sizes(n: fx.Node) -> tuple:
     """A convolution's batch and output image sizes: one for every convolution of a match."""
-    s = _sizes(n)
+    s = shape_of(n)
     return (s[0], *s[2:])
 
 
@@ -126,15 +127,6 @@ def build(graph: fx.Graph, op: str, args: list, of: str, binding: dict) -> fx.No
     return graph.call_function(aten.cat.default, (args, channel_dim(op, of)))
 
 
-def _sizes(node) -> tuple:
-    """Integers, or the expressions of symbolic sizes (a SymInt comparison adds a guard)."""
-    return tuple(map(_expr, node.meta["val"].shape))
-
-
-def _expr(size):
+def _expr(size):  # (a SymInt compared would add a guard)
     return size.node.expr if isinstance(size, torch.SymInt) else size
 
-
-def _rank(n) -> int:
-    val = n.meta.get("val") if isinstance(n, fx.Node) else None
-    return val.dim() if isinstance(val, torch.Tensor) else -1

@@ -48,7 +48,7 @@ from derivations.synthesis import graph as graph_synthesis
 from ollie.capture import conv_terms
 from ollie.capture.conv_terms import CONV, CONV_OUT
 from ollie.capture.slice_pieces import (Piece, match_pieces, nonnegative_pieces, operands,
-                                        resolve_pieces, shape_of, split_point)
+                                        rank, resolve_pieces, shape_of, split_point)
 
 aten = torch.ops.aten
 WEIGHT = "ollie_weight"  # placeholder meta key: the value is a weight held fixed (foldable)
@@ -114,7 +114,7 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
     constant = _constants(graph)
     applied, used = [], set()
     for n in list(graph.nodes):
-        if n in used or n.op != "call_function" or _rank(n) < 0:
+        if n in used or n.op != "call_function" or rank(n) < 0:
             continue
         roots = {(op, of) for op, of in _roots() if _children(n, op, of)}
         for source, target, rule in _directions():
@@ -166,15 +166,15 @@ def _children(n, op: str, of: str = "matrix") -> list | None:
         return list(n.args)
     if op == "scale" and _scaled(n) is not None:
         return [_scaled(n)[1]]
-    if op in SLICES and n.target == aten.slice.Tensor and _rank(n) == 2 and \
+    if op in SLICES and n.target == aten.slice.Tensor and rank(n) == 2 and \
             split_point(n, op) is not None:
         return [n.args[0]]
-    if op == "T" and _rank(n) == 2 and (
+    if op == "T" and rank(n) == 2 and (
             n.target == aten.t.default or
             n.target == aten.permute.default and list(n.args[1]) == [1, 0] or
             n.target == aten.transpose.int and sorted(d % 2 for d in n.args[1:]) == [0, 1]):
         return [n.args[0]]
-    if op in ("cat0", "cat1") and n.target == aten.cat.default and _rank(n) == 2 and \
+    if op in ("cat0", "cat1") and n.target == aten.cat.default and rank(n) == 2 and \
             len(n.args[0]) == 2 and (n.args[1] if len(n.args) > 1 else 0) % 2 == int(op[-1]):
         return list(n.args[0])
     return None
@@ -273,11 +273,11 @@ def _summands(n: fx.Node, root: bool = False) -> tuple[list, set]:
             t, s = _summands(a)
             terms, sums = terms + t, sums | s
         return terms, sums
-    if n.op == "call_function" and n.target in VIEWS and _rank(n.args[0]) == 2 and \
+    if n.op == "call_function" and n.target in VIEWS and rank(n.args[0]) == 2 and \
             len(n.args[0].users) == 1:
         inner, sizes = n.args[0], list(n.args[1])
         parts, consumed = _summands(inner, root=True)
-        if len(parts) == 2 and isinstance(parts[0], tuple) and _rank(parts[1]) == 1 and \
+        if len(parts) == 2 and isinstance(parts[0], tuple) and rank(parts[1]) == 1 and \
                 sizes[-1] == inner.meta["val"].shape[-1]:
             return [("view", parts[0], sizes), parts[1]], consumed | {n}
         return [("view", inner, sizes)], {n}
@@ -393,10 +393,6 @@ def _constants(graph: fx.Graph) -> set[fx.Node]:
             constant.add(n)
     return constant
 
-
-def _rank(n) -> int:
-    val = n.meta.get("val") if isinstance(n, fx.Node) else None
-    return val.dim() if isinstance(val, torch.Tensor) else -1
 
 
 def _is_view(n: fx.Node) -> bool:

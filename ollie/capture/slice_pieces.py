@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import sympy
+import torch
 import torch.fx as fx
 
 from derivations.synthesis import graph as graph_synthesis
@@ -116,6 +117,12 @@ def operands(binding: dict, rule) -> dict:
     is not yet known."""
     return {v: b for v, b in binding.items()
             if v in rule.dims and not (isinstance(b, Piece) and b.end is None)}
+
+
+def rank(n) -> int:
+    """The node's number of dims; -1 for what is not a tensor node."""
+    val = n.meta.get("val") if isinstance(n, fx.Node) else None
+    return val.dim() if isinstance(val, torch.Tensor) else -1
 
 
 def shape_of(node) -> tuple:
