@@ -3,12 +3,13 @@
 
 A rule's filters (``F``, ``G``, ``H``: out channels × in channels) are weights of
 ``aten.convolution`` (out, in, kernel sizes) and its images (``A``, ``B``, ``C``: channels ×
-positions) its inputs (batch, channels, positions), of 1, 2 or 3 spatial dims. ``conv(F, A)`` is a convolution without bias, groups 1,
-not transposed; every convolution of one match has one kernel size, stride, padding and
-dilation (the rule's proof takes them equal), every filter that kernel size and every image
-one batch and image size (else elementwise arithmetic would broadcast). Concatenations and
-sums keep their kind (``graph_terms.kind``): an image's or a convolution's channels are dim
-1; a filter's rows are dim 0, its columns dim 1.
+positions) its inputs (batch, channels, positions), of 1, 2 or 3 spatial dims.
+``conv(F, A)`` is a convolution without bias, groups 1, not transposed; every convolution of
+one match has one kernel size, stride, padding and dilation (the rule's proof takes them
+equal), every filter that kernel size and every image one batch and image size (else
+elementwise arithmetic would broadcast). Concatenations and sums keep their kind
+(``graph_terms.kind``): an image's or a convolution's channels are dim 1; a filter's rows
+are dim 0, its columns dim 1.
 """
 from __future__ import annotations
 

@@ -21,12 +21,12 @@ matrix matches ``cat(X, Z)`` as its two pieces at the slice's point: so ``(x @ W
 becomes ``x[:r] @ W`` (``head0(mm(cat0(X, Z), U)) = mm(X, U)``), computing only the rows it
 keeps. ``aten.convolution`` without bias, groups 1, is ``conv`` (``ollie.capture.conv_terms``:
 its filters and images, and what every convolution of a match must share). A sum is matched
-up to the order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and ``b``
-(so a linear layer's bias is one more term, added back), and terms that are one view of
-matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as the sum
-of the matrices, viewed. Operands must give each of the rule's
-size symbols one size (``derivations.synthesis.graph.consistent``), and a matched node other
-than the root must have no other user (a view may), so that no work is done twice.
+up to the order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)``
+and ``b`` (so a linear layer's bias is one more term, added back), and terms that are one
+view of matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as
+the sum of the matrices, viewed. Operands must give each of the rule's size symbols one size
+(``derivations.synthesis.graph.consistent``), and a matched node other than the root must
+have no other user (a view may), so that no work is done twice.
 
 With symbolic sizes (Dynamo's SymInts) a rule applies where it costs less at *every* size:
 each cost is then a polynomial in the size symbols, and the difference must have no negative
