@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from ollie.cli.bench_fragments import (
     QKVLinears, GateProducts, Inception1x1, ConvBranches, ConvDifference, RepVGGBlock,
     SlicesOneWeight, SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears,
-    GroupMatmulSlices, TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears, ParallelMatmuls,
+    GroupMatmulSlices, TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears,
+    ParallelMatmuls,
     WeightChain, RowColumnSums, DoublyNormalised, LastPositionsLogits, FirstOutputs)
 from ollie.cli.bench_suite import Case, _inputs
 
