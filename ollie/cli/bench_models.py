@@ -22,8 +22,8 @@ from ollie.cli.bench_fragments import (
     QKVLinears, GateProducts, Inception1x1, ConvBranches, ConvDifference, RepVGGBlock,
     SlicesOneWeight, SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears,
     GroupMatmulSlices, TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears,
-    ParallelMatmuls,
-    WeightChain, RowColumnSums, DoublyNormalised, LastPositionsLogits, FirstOutputs)
+    ParallelMatmuls, WeightChain, RowColumnSums, DoublyNormalised, LastPositionsLogits,
+    FirstOutputs)
 from ollie.cli.bench_suite import Case, _inputs
 
 

@@ -323,9 +323,9 @@ def test_a_difference_of_convolutions_of_one_input_is_one_convolution(spatial):
         torch.testing.assert_close(new(*args), fn(*args), rtol=1e-4, atol=1e-4)
 
 
-def test_convolutions_of_other_kernels_strides_or_batches_are_not_merged():
+def test_convolutions_of_other_kernels_groups_or_batches_are_not_merged():
     x, w = torch.randn(2, 8, 10, 10), torch.randn(16, 8, 3, 3)
-    cases = [  # each pair would broadcast or differ in its positions, not merge
+    cases = [  # kernels of two sizes, a grouped convolution, two batches
         (lambda x, w, v: F.conv2d(x, w, stride=2) - F.conv2d(x, v, stride=2),
          (torch.randn(2, 8, 9, 9), w, torch.randn(16, 8, 2, 2))),  # kernels 3, 2: 4×4 both
         (lambda x, w, v: F.conv2d(x, w, padding=1) - F.conv2d(x, v, padding=1, dilation=1,
