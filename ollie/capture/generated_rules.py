@@ -19,8 +19,9 @@ a multiplication or division by one finite Python number (the same wherever a ru
 of a matrix from its start (``head``) or to its end (``tail``), step 1. Under a slice, a
 matrix matches ``cat(X, Z)`` as its two pieces at the slice's point: so ``(x @ W)[:r]``
 becomes ``x[:r] @ W`` (``head0(mm(cat0(X, Z), U)) = mm(X, U)``), computing only the rows it
-keeps. ``aten.convolution`` without bias, groups 1, is ``conv`` (``ollie.capture.conv_terms``:
-its filters and images, and what every convolution of a match must share). A sum is matched
+keeps. ``aten.convolution`` of groups 1 is ``conv`` (``ollie.capture.conv_terms``: its
+filters and images, what every convolution of a match must share, and how their biases go
+through a rule to the other side's convolution). A sum is matched
 up to the order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)``
 and ``b`` (so a linear layer's bias is one more term, added back), and terms that are one
 view of matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as
@@ -125,12 +126,14 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
             if match is None:
                 continue
             binding, inner, rest, view = match
+            biases = _biases(source, target, n, inner, rest)
             after, before = nonnegative_pieces(binding, _cost(target, binding, constant),
                                                _cost(source, binding, constant, n))
-            if inner & used or not _cheaper(after, before, products_only=fewer_products):
+            if biases is conv_terms.REFUSED or inner & used or \
+                    not _cheaper(after, before, products_only=fewer_products):
                 continue
             with graph.inserting_before(n):
-                new = _build(graph, target, binding)
+                new = _build(graph, target, binding, conv_terms.bias_node(graph, biases))
                 if view is not None:
                     new = graph.call_function(aten.view.default, (new, view))
                 for term in rest:
@@ -252,6 +255,28 @@ def _scaled(n) -> tuple[tuple, fx.Node] | None:
     return None
 
 
+# -- biases of convolutions -----------------------------------------------------------------------
+def _biases(source: tuple, target: tuple, n: fx.Node, inner: set, rest: list):
+    """How the biases of the match's convolutions add to the source's value, a plan of
+    ``conv_terms.bias_node``: the source adds, subtracts, scales and concatenates its
+    convolutions' values (each ``conv(F, A) + b``), so it is its value without the biases
+    plus that plan, which the target's root convolution adds as its bias. None where no
+    convolution has a bias; ``conv_terms.REFUSED`` where the plan cannot be made
+    (``conv_terms.bias_plan``) or the target's root is no convolution."""
+    if all(conv_terms.bias(m) is None for m in inner | {n}):
+        return None
+    terms = [t for t in _summands(n, root=True)[0] if not any(t is r for r in rest)] \
+        if source[0] == "add" else [n]
+    try:
+        plan = None
+        for term in terms:
+            plan = conv_terms.plus(plan, conv_terms.bias_plan(
+                term, lambda m, op: _children(m, op, "feature"), _scaled))
+    except ValueError:
+        return conv_terms.REFUSED
+    return plan if plan is None or target[0] == CONV else conv_terms.REFUSED
+
+
 def _chain(t: tuple) -> list[tuple]:
     return _chain(t[1]) + _chain(t[2]) if t[0] == "add" else [t]
 
@@ -293,7 +318,8 @@ def _unviewed(term) -> tuple[object, list | None]:
 
 
 # -- building and costs --------------------------------------------------------------------------
-def _build(graph: fx.Graph, t: tuple, binding: dict) -> fx.Node:
+def _build(graph: fx.Graph, t: tuple, binding: dict, bias: fx.Node | None = None) -> fx.Node:
+    """The nodes of ``t``; ``bias``: the bias of its root, a convolution."""
     if t[0] == "var":
         b = binding[t[1]]
         return graph.call_function(aten.slice.Tensor, (b.node, b.dim, b.start, b.end)) \
@@ -309,7 +335,7 @@ def _build(graph: fx.Graph, t: tuple, binding: dict) -> fx.Node:
     if t[0] in ARITHMETIC:
         return graph.call_function(ARITHMETIC[t[0]], tuple(args))
     if conv_terms.kind(t) != "matrix":
-        return conv_terms.build(graph, t[0], args, conv_terms.kind(t), binding)
+        return conv_terms.build(graph, t[0], args, conv_terms.kind(t), binding, bias)
     return graph.call_function(aten.cat.default, (args, int(t[0][-1])))
 
 

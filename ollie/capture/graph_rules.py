@@ -122,6 +122,7 @@ def substitute(gm: fx.GraphModule, example_inputs, orchestrate: bool = False
         # merges over time, not step by step with its state side)
         generated = "generated" in ON
         done = generated_rules.apply(new.graph, fewer_products=True) if generated else []
+        new.graph.eliminate_dead_code()  # (what the rules replaced is matched no more)
         done += conv_sums.apply(new.graph) if "summed_convs" in ON else []
         if not done:
             done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)

@@ -67,6 +67,18 @@ class ConvDifference(nn.Module):
         return torch.tanh(F.conv2d(x, self.a, padding=2) - F.conv2d(x, self.b, padding=2))
 
 
+class ConvLayersDifference(nn.Module):
+    """The difference written with two ``nn.Conv2d`` layers, biases and all: one convolution
+    by the filters' difference, adding the biases' difference."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(c, c, 5, padding=2), nn.Conv2d(c, c, 5, padding=2)
+
+    def forward(self, x):
+        return torch.tanh(self.a(x) - self.b(x))
+
+
 class RepVGGBlock(nn.Module):
     """RepVGG's training-time block: 3×3 and 1×1 convolutions with batch norms, and the
     identity, summed."""

@@ -19,8 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ollie.cli.bench_fragments import (
-    QKVLinears, GateProducts, Inception1x1, ConvBranches, ConvDifference, RepVGGBlock,
-    SlicesOneWeight, SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears,
+    QKVLinears, GateProducts, Inception1x1, ConvBranches, ConvDifference, ConvLayersDifference,
+    RepVGGBlock, SlicesOneWeight, SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears,
     GroupMatmulSlices, TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears,
     ParallelMatmuls, WeightChain, RowColumnSums, DoublyNormalised, LastPositionsLogits,
     FirstOutputs)
@@ -266,6 +266,8 @@ CASES = [
          _model(ConvBranches, 1, 64, 28, 28)),
     Case("conv_difference", "tanh(conv5x5(x, a) - conv5x5(x, b)), no biases, 1×32×32×32",
          _model(ConvDifference, 1, 32, 32, 32)),
+    Case("conv_layers_difference", "tanh(a(x) - b(x)), two nn.Conv2d(32, 32, 5) with biases, "
+         "1×32×32×32", _model(ConvLayersDifference, 1, 32, 32, 32)),
     Case("repvgg_block", "RepVGG block: 3×3+BN, 1×1+BN and identity, 1×64×28×28",
          _model(RepVGGBlock, 1, 64, 28, 28)),
     Case("slices_one_weight", "one Linear on each of 16 slices (unbind), 16×8×64",
