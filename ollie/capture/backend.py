@@ -61,7 +61,7 @@ class OllieBackend:
         self.skipped_functions = 0      # whole functions left to eager PyTorch
         self.eager_sizes: list[eager_or_compiled.EagerSizes] = []  # ... at these sizes
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
-        self.frozen_graphs: set[int] = set()  # graphs whose weights Inductor froze in
+        self.frozen_graphs: dict[int, bool] = {}  # weights frozen in: graph -> into a rewrite
         # graph -> Ollie's adopted rewrite of its inference graph (what freezing compiles)
         self.adopted: dict[int, torch.fx.GraphModule] = {}
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
@@ -133,7 +133,7 @@ class OllieBackend:
         if note:
             self._note(f"graph {number} {note}")
         if artifact is not compiled:
-            self.frozen_graphs.add(number)
+            self.frozen_graphs[number] = artifact.of_rewrite
         return artifact
 
     def _inductor_alone(self, gm, example_inputs, number: int, error: Exception):
@@ -214,7 +214,8 @@ class OllieBackend:
         report = next((r for r in reversed(self.reports)
                        if r.title.endswith(f"graph {number}")), None)
         if number in self.frozen_graphs:
-            return "Inductor's compile with frozen weights"
+            rewrite = " of Ollie's rewritten graph" if self.frozen_graphs[number] else ""
+            return f"Inductor's compile{rewrite} with frozen weights"
         if report is None or not report.adopted:
             return "Inductor's compile"
         return ("Ollie's rewritten graph, uncompiled" if report.runs_eagerly

@@ -93,7 +93,7 @@ def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None
     source = rewritten if rewritten is not None and _same_inputs(rewritten, example_inputs) \
         else gm
     artifact = FrozenWeights(compile_frozen(source, example_inputs, held, config), compiled,
-                             held, len(example_inputs))
+                             held, len(example_inputs), of_rewrite=source is rewritten)
     if decided is Outcome.ADOPTED:
         return artifact, (f"freezes its {len(held)} weights into Inductor's compile, stored "
                           "in the disk cache; a call whose weights changed runs the unfrozen "
@@ -160,10 +160,12 @@ class FrozenWeights:
     """``frozen`` (a compile with the weights as constants, taking the other inputs) while
     every weight is the tensor it froze, at its version then; else ``unfrozen`` (taking
     every input). The check costs ~0.2 µs a weight (a ResNet-18 has 102: 0.4 % of its call);
-    the comparison that chose this artifact timed it too."""
+    the comparison that chose this artifact timed it too. ``of_rewrite``: ``frozen``
+    compiles Ollie's rewrite of the graph."""
 
-    def __init__(self, frozen, unfrozen, weights_at: dict[int, torch.Tensor], inputs: int):
-        self.frozen, self.unfrozen = frozen, unfrozen
+    def __init__(self, frozen, unfrozen, weights_at: dict[int, torch.Tensor], inputs: int,
+                 of_rewrite: bool = False):
+        self.frozen, self.unfrozen, self.of_rewrite = frozen, unfrozen, of_rewrite
         self.tensors = tuple(weights_at.values())
         self.versions = tuple(t._version for t in self.tensors)
         self.positions = tuple(weights_at)

@@ -54,7 +54,7 @@ def test_frozen_weights_follow_every_change_of_a_weight(monkeypatch):
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
-        assert backend.frozen_graphs == {1}, backend.notes
+        assert backend.frozen_graphs == {1: False}, backend.notes  # (no rewrite adopted)
         assert any("freezes its 7 weights" in n for n in backend.notes), backend.notes
         model.load_state_dict(_randomized(ConvBN(), 1).state_dict())  # in place: versions move
         torch.testing.assert_close(compiled(x), model(x))
@@ -153,6 +153,8 @@ def test_freezing_compiles_ollie_s_rewrite_where_it_was_adopted(monkeypatch):
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
-        assert convolutions == [1] and backend.frozen_graphs == {1}, backend.notes
+        assert convolutions == [1] and backend.frozen_graphs == {1: True}, backend.notes
+        assert "graph 1 runs Inductor's compile of Ollie's rewritten graph with frozen " \
+            "weights" in backend.notes, backend.notes
         model.b.weight.mul_(2.0)  # the summed weight it froze is stale: the unfrozen compile
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
