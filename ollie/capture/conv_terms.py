@@ -10,10 +10,7 @@ filter that kernel size and every image one batch and image size (else elementwi
 would broadcast). Concatenations and sums keep their kind (``graph_terms.kind``): an image's
 or a convolution's channels are dim 1; a filter's rows are dim 0, its columns dim 1.
 
-A convolution's bias is a constant per output channel added to ``conv(F, A)``: where a
-rule's side adds, subtracts, scales and concatenates its convolutions (no product of them),
-their biases go through the same arithmetic to one vector (``generated_rules._biases``),
-which the other side's convolution adds as its bias.
+A convolution's bias is carried through a rule by ``ollie.capture.biases``.
 """
 from __future__ import annotations
 
@@ -57,7 +54,7 @@ def channel_dim(op: str, of: str) -> int:
 
 def settings(n) -> tuple | None:
     """(kernel size, stride, padding, dilation) of a convolution node of groups 1, not
-    transposed (with a bias or without: ``bias``); None for anything else."""
+    transposed (with a bias or without: ``ollie.capture.biases``); None for anything else."""
     if not isinstance(n, fx.Node) or n.op != "call_function" or \
             n.target != aten.convolution.default or n.kwargs or len(n.args) != 9:
         return None
@@ -65,11 +62,6 @@ def settings(n) -> tuple | None:
     if transposed or groups != 1 or rank(w) < 3 or rank(x) != rank(w):
         return None
     return shape_of(w)[2:], *(tuple(map(_expr, v)) for v in (stride, padding, dilation))
-
-
-def bias(n) -> fx.Node | None:
-    """The bias of the convolution ``n`` (``settings``), None where it has none."""
-    return n.args[2] if settings(n) is not None else None
 
 
 def operand_fits(name: str, node) -> bool:
@@ -137,73 +129,6 @@ def build(graph: fx.Graph, op: str, args: list, of: str, binding: dict,
             args[1], args[0], bias, list(stride), list(padding), list(dilation), False,
             [0] * len(stride), 1))
     return graph.call_function(aten.cat.default, (args, channel_dim(op, of)))
-
-
-# -- biases --------------------------------------------------------------------------------------
-REFUSED = "refused"  # biases that a rule's other side cannot carry
-
-
-def bias_plan(n, children, scaled):
-    """How the biases of the convolutions under ``n`` (a matched node of kind feature) add to
-    its value: ``("bias", vector)``, or ``add``, ``sub``, ``neg``, ``scale`` and ``cat`` of
-    plans (an unbiased convolution's piece of a concatenation: ``("zeros", channels)``); None
-    where none has a bias. ``children(n, op)`` and ``scaled(n)`` read ATen as the rules'
-    operators. Raises ValueError where a bias goes through a product (it does not add
-    through) or zeros would have a symbolic number of channels."""
-    if settings(n) is not None:
-        return None if bias(n) is None else ("bias", bias(n))
-    if scaled(n) is not None:
-        number, x = scaled(n)
-        plan = bias_plan(x, children, scaled)
-        return plan and ("scale", number, plan)
-    for op in ("add", "sub", "cat0"):
-        pieces = children(n, op)
-        if pieces is not None:
-            a, b = (bias_plan(p, children, scaled) for p in pieces)
-            if op == "add":
-                return plus(a, b)
-            if op == "sub":
-                return a if b is None else ("neg", b) if a is None else ("sub", a, b)
-            if a is None and b is None:
-                return None
-            return ("cat", *(("zeros", _channels(p)) if plan is None else plan
-                             for plan, p in zip((a, b), pieces)))
-    if any(bias_plan(p, children, scaled) for p in children(n, "mul") or []):
-        raise ValueError("a bias under a product")
-    return None
-
-
-def plus(a, b):
-    """The plan of the sum of two plans."""
-    return b if a is None else a if b is None else ("add", a, b)
-
-
-def bias_node(graph: fx.Graph, plan) -> fx.Node | None:
-    """The bias vector of ``plan`` (``bias_plan``), computed in ``graph`` (from weights
-    alone in a model: folded once)."""
-    if plan is None or plan[0] == "bias":
-        return plan and plan[1]
-    if plan[0] == "scale":
-        (op, number), inner = plan[1:]
-        return graph.call_function(op, (bias_node(graph, inner), number))
-    if plan[0] == "neg":
-        return graph.call_function(aten.neg.default, (bias_node(graph, plan[1]),))
-    if plan[0] == "cat":  # an unbiased piece's zeros: of the other piece's dtype and device
-        built = [None if p[0] == "zeros" else bias_node(graph, p) for p in plan[1:]]
-        like = next(b for b in built if b is not None)
-        parts = [graph.call_function(aten.new_zeros.default, (like, [p[1]])) if b is None
-                 else b for b, p in zip(built, plan[1:])]
-        return graph.call_function(aten.cat.default, (parts, 0))
-    op = {"add": aten.add.Tensor, "sub": aten.sub.Tensor}[plan[0]]
-    return graph.call_function(op, tuple(bias_node(graph, p) for p in plan[1:]))
-
-
-def _channels(n: fx.Node) -> int:
-    """The channels of a convolutions' value (dim 1), a number (a filter's rows)."""
-    channels = shape_of(n)[1]
-    if not isinstance(channels, int):
-        raise ValueError("a concatenation's channels are a size symbol")
-    return channels
 
 
 def _expr(size):  # (a SymInt compared would add a guard)

@@ -20,12 +20,14 @@ of a matrix from its start (``head``) or to its end (``tail``), step 1. Under a 
 matrix matches ``cat(X, Z)`` as its two pieces at the slice's point: so ``(x @ W)[:r]``
 becomes ``x[:r] @ W`` (``head0(mm(cat0(X, Z), U)) = mm(X, U)``), computing only the rows it
 keeps. ``aten.convolution`` of groups 1 is ``conv`` (``ollie.capture.conv_terms``: its
-filters and images, what every convolution of a match must share, and how their biases go
-through a rule to the other side's convolution). A sum is matched
-up to the order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)``
-and ``b`` (so a linear layer's bias is one more term, added back), and terms that are one
-view of matrices (linear maps of a batch of sequences: flattened, multiplied, viewed back) as
-the sum of the matrices, viewed. Operands must give each of the rule's size symbols one size
+filters and images, and what every convolution of a match must share). A sum is matched up
+to the order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and
+``b`` (so a linear layer's bias is one more term, added back); elsewhere an addmm is ``mm``,
+and its bias, like a convolution's, goes through the rule's sums, differences, scales and
+concatenations of outputs to the other side's contraction (``ollie.capture.biases``; not
+through a product: ``(x W1ᵀ + b1) W2ᵀ`` keeps its two products). A sum's terms that are
+one view of matrices (linear maps of a batch of sequences: flattened, multiplied, viewed
+back) are matched as the sum of the matrices, viewed. Operands must give each of the rule's size symbols one size
 (``derivations.synthesis.graph.consistent``), and a matched node other than the root must
 have no other user (a view may), so that no work is done twice.
 
@@ -46,7 +48,7 @@ import torch
 import torch.fx as fx
 
 from derivations.synthesis import graph as graph_synthesis
-from ollie.capture import conv_terms
+from ollie.capture import biases, conv_terms
 from ollie.capture.conv_terms import CONV, CONV_OUT
 from ollie.capture.slice_pieces import (Piece, match_pieces, nonnegative_pieces, operands,
                                         rank, resolve_pieces, shape_of, split_point)
@@ -126,14 +128,16 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
             if match is None:
                 continue
             binding, inner, rest, view = match
-            biases = _biases(source, target, n, inner, rest)
+            terms = [(t, (k,)) for k, t in enumerate(_chain(source))] \
+                if source[0] == "add" else [(source, ())]
+            bias = biases.carried(target, binding, terms, binding.get(SCALAR))
             after, before = nonnegative_pieces(binding, _cost(target, binding, constant),
                                                _cost(source, binding, constant, n))
-            if biases is conv_terms.REFUSED or inner & used or \
+            if bias is biases.REFUSED or inner & used or \
                     not _cheaper(after, before, products_only=fewer_products):
                 continue
             with graph.inserting_before(n):
-                new = _build(graph, target, binding, conv_terms.bias_node(graph, biases))
+                new = _build(graph, target, binding, biases.build(graph, bias))
                 if view is not None:
                     new = graph.call_function(aten.view.default, (new, view))
                 for term in rest:
@@ -164,6 +168,8 @@ def _children(n, op: str, of: str = "matrix") -> list | None:
         return conv_terms.children(n, op, of)
     if op == "mm" and n.target == aten.mm.default:
         return list(n.args)
+    if op == "mm" and biases.bias(n) is not None:  # an addmm: its bias is carried (``biases``)
+        return list(n.args[1:])
     if op in ARITHMETIC and n.target == ARITHMETIC[op] and \
             all(isinstance(a, fx.Node) for a in n.args):
         return list(n.args)
@@ -183,9 +189,12 @@ def _children(n, op: str, of: str = "matrix") -> list | None:
     return None
 
 
-def _match(pattern: tuple, item, binding: dict, inner: set, pieces: bool = False) -> bool:
+def _match(pattern: tuple, item, binding: dict, inner: set, pieces: bool = False,
+           path: tuple = ()) -> bool:
     """Whether ``item`` matches ``pattern``, extending ``binding`` and the matched nodes
-    ``inner``; ``pieces``: under a slice, where a matrix matches ``cat(X, Z)``."""
+    ``inner``; ``pieces``: under a slice, where a matrix matches ``cat(X, Z)``. The binding
+    keeps the item each operator matched under ``(biases.AT, path)``, ``path`` being the
+    operator's place in the source (the child indices from its root)."""
     if pattern[0] == "var":
         if not conv_terms.operand_fits(pattern[1], item):
             return False
@@ -200,7 +209,9 @@ def _match(pattern: tuple, item, binding: dict, inner: set, pieces: bool = False
     for order in orders:
         b, i = dict(binding), set(inner)
         if all(b.setdefault(k, v) == v for k, v in scalar.items()) and \
-                all(_match(p, c, b, i, pieces) for p, c in zip(pattern[1:], order)):
+                all(_match(p, c, b, i, pieces, path + (k,))
+                    for k, (p, c) in enumerate(zip(pattern[1:], order))):
+            b[biases.AT, path] = item
             binding.clear(), binding.update(b), inner.clear(), inner.update(i)
             if isinstance(item, fx.Node):
                 inner.add(item)
@@ -225,7 +236,8 @@ def _match_root(source: tuple, n: fx.Node, rule) -> tuple[dict, set, list, list]
         if any(v != view for _, v in picked):  # (a view's sizes: ints, or size nodes)
             continue
         binding, inner = {}, set(sums)
-        if all(_match(p, core, binding, inner) for p, (core, _) in zip(wanted, picked)) \
+        if all(_match(p, core, binding, inner, path=(k,))
+               for k, (p, (core, _)) in enumerate(zip(wanted, picked))) \
                 and _checked(binding, inner - {n}, rule):
             rest = [t for i, t in enumerate(terms) if i not in chosen]
             return binding, inner - {n}, rest, view
@@ -253,28 +265,6 @@ def _scaled(n) -> tuple[tuple, fx.Node] | None:
                 not isinstance(c, bool) and math.isfinite(c):
             return (n.target, c), x
     return None
-
-
-# -- biases of convolutions -----------------------------------------------------------------------
-def _biases(source: tuple, target: tuple, n: fx.Node, inner: set, rest: list):
-    """How the biases of the match's convolutions add to the source's value, a plan of
-    ``conv_terms.bias_node``: the source adds, subtracts, scales and concatenates its
-    convolutions' values (each ``conv(F, A) + b``), so it is its value without the biases
-    plus that plan, which the target's root convolution adds as its bias. None where no
-    convolution has a bias; ``conv_terms.REFUSED`` where the plan cannot be made
-    (``conv_terms.bias_plan``) or the target's root is no convolution."""
-    if all(conv_terms.bias(m) is None for m in inner | {n}):
-        return None
-    terms = [t for t in _summands(n, root=True)[0] if not any(t is r for r in rest)] \
-        if source[0] == "add" else [n]
-    try:
-        plan = None
-        for term in terms:
-            plan = conv_terms.plus(plan, conv_terms.bias_plan(
-                term, lambda m, op: _children(m, op, "feature"), _scaled))
-    except ValueError:
-        return conv_terms.REFUSED
-    return plan if plan is None or target[0] == CONV else conv_terms.REFUSED
 
 
 def _chain(t: tuple) -> list[tuple]:
@@ -319,7 +309,7 @@ def _unviewed(term) -> tuple[object, list | None]:
 
 # -- building and costs --------------------------------------------------------------------------
 def _build(graph: fx.Graph, t: tuple, binding: dict, bias: fx.Node | None = None) -> fx.Node:
-    """The nodes of ``t``; ``bias``: the bias of its root, a convolution."""
+    """The nodes of ``t``; ``bias``: the bias of its root, a contraction."""
     if t[0] == "var":
         b = binding[t[1]]
         return graph.call_function(aten.slice.Tensor, (b.node, b.dim, b.start, b.end)) \
@@ -331,7 +321,8 @@ def _build(graph: fx.Graph, t: tuple, binding: dict, bias: fx.Node | None = None
         op, number = binding[SCALAR]
         return graph.call_function(op, (args[0], number))
     if t[0] == "mm":
-        return graph.call_function(aten.mm.default, tuple(args))
+        return graph.call_function(aten.mm.default, tuple(args)) if bias is None else \
+            graph.call_function(aten.addmm.default, (bias, *args))
     if t[0] in ARITHMETIC:
         return graph.call_function(ARITHMETIC[t[0]], tuple(args))
     if conv_terms.kind(t) != "matrix":

@@ -391,17 +391,33 @@ def test_convolutions_of_one_input_concatenated_concatenate_their_biases(second_
     torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-4, atol=1e-4)
 
 
-def test_a_bias_under_a_product_of_convolutions_has_no_plan():
-    from ollie.capture import conv_terms
+def test_a_linear_layer_s_bias_goes_through_a_difference_and_a_product_of_weights():
+    def difference(x, w1, b1, w2, b2):  # x W1ᵀ + b1 - (x W2ᵀ + b2) = x (W1 - W2)ᵀ + (b1 - b2)
+        return torch.tanh(F.linear(x, w1, b1) - F.linear(x, w2, b2))
 
-    def fn(x, w1, b1, w2):  # (conv(F, A) + b1) · conv(G, A): b1 is scaled, not added
-        return F.conv2d(x, w1, b1) * F.conv2d(x, w2)
-    gm, _ = graph_of(fn, torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3), torch.randn(4),
-                     torch.randn(4, 4, 3, 3))
-    (product,) = gm.graph.find_nodes(op="call_function", target=aten.mul.Tensor)
-    with pytest.raises(ValueError, match="product"):
-        conv_terms.bias_plan(product, lambda n, op: generated_rules._children(n, op, "feature"),
-                             generated_rules._scaled)
+    def chain(x, w1, b1, w2, b2):  # (x W1ᵀ) W2ᵀ + b2 = x (W2 W1)ᵀ + b2
+        return torch.tanh(F.linear(F.linear(x, w1), w2, b2))
+    torch.manual_seed(0)
+    args = (torch.randn(16, 32), torch.randn(32, 32), torch.randn(32), torch.randn(24, 32),
+            torch.randn(24))
+    for fn, line in ((difference, "sub(mm(X, U), mm(X, W)) → mm(X, sub(U, W))"),
+                     (chain, "mm(mm(X, Y), V) → mm(X, mm(Y, V))")):
+        args = args if fn is chain else args[:3] + (torch.randn(32, 32), torch.randn(32))
+        for gm, fakes in (graph_of(fn, *args), symbolic_graph_of(fn, *args)):
+            generated_rules.mark_weights(gm, [1, 2, 3, 4])
+            new, applied = graph_rules.substitute(gm, fakes)
+            assert applied == [f"generated: {line}"], applied
+            assert count(new, aten.addmm.default) == 1  # (the bias, carried)
+            torch.testing.assert_close(new(*args), fn(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_a_bias_inside_a_product_keeps_the_product_apart():
+    def fn(x, w1, b1, w2):  # (x W1ᵀ + b1) W2ᵀ: x (W2 W1)ᵀ would lose b1 W2ᵀ
+        return torch.tanh(F.linear(F.linear(x, w1, b1), w2))
+    args = (torch.randn(16, 32), torch.randn(32, 32), torch.randn(32), torch.randn(32, 32))
+    gm, _ = graph_of(fn, *args)
+    generated_rules.mark_weights(gm, [1, 2, 3])
+    assert generated_rules.apply(gm.graph) == []
 
 
 class BiasedDifference(torch.nn.Module):
