@@ -209,6 +209,18 @@ class ElmanCellMatmuls(nn.Module):
         return torch.tanh(x @ self.w + h @ self.u + self.b)
 
 
+class LinearLayersDifference(nn.Module):
+    """Two ``nn.Linear`` layers of one input, subtracted: one layer by the weights' and the
+    biases' differences."""
+
+    def __init__(self, d=512):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.tanh(self.a(x) - self.b(x))
+
+
 class ParallelLinears(nn.Module):
     """Two linear branches of one input, summed (a multi-branch block, RepVGG-style)."""
 

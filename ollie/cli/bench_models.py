@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from ollie.cli.bench_fragments import (
     QKVLinears, GateProducts, Inception1x1, ConvBranches, ConvDifference, ConvLayersDifference,
     RepVGGBlock, SlicesOneWeight, SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears,
-    GroupMatmulSlices, TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, ParallelLinears,
-    ParallelMatmuls, WeightChain, RowColumnSums, DoublyNormalised, LastPositionsLogits,
-    FirstOutputs)
+    GroupMatmulSlices, TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, LinearLayersDifference,
+    ParallelLinears, ParallelMatmuls, WeightChain, RowColumnSums, DoublyNormalised,
+    LastPositionsLogits, FirstOutputs)
 from ollie.cli.bench_suite import Case, _inputs
 
 
@@ -256,6 +256,8 @@ CASES = [
          _model(ElmanCellMatmuls, (32, 256), (32, 512))),
     Case("parallel_linears", "relu(Linear_a(x) + Linear_b(x)), d=512, batch 64",
          _model(ParallelLinears, 64, 512)),
+    Case("linear_layers_difference", "tanh(a(x) - b(x)), two nn.Linear(512, 512), batch 64",
+         _model(LinearLayersDifference, 64, 512)),
     Case("parallel_matmuls", "x @ W1 + x @ W2 + x @ W3 (parameters), d=256, batch 128",
          _model(ParallelMatmuls, 128, 256)),
     Case("weight_chain", "x @ A @ B @ C (parameters), d=256, batch 16",
