@@ -13,6 +13,17 @@ aten = torch.ops.aten
 MERGE = "generated: add(mm(X, U), mm(Y, V)) → mm(cat1(X, Y), cat0(U, V))"
 
 
+def generated_on(fn, args, weights=()):
+    """The graph of ``fn`` with the generated rules applied (``weights``: the inputs held
+    fixed, folded), and the lines they wrote."""
+    gm, _ = graph_of(fn, *args)
+    generated_rules.mark_weights(gm, weights)
+    applied = generated_rules.apply(gm.graph)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm, applied
+
+
 def products(gm) -> int:
     return count(gm, aten.mm.default) + count(gm, aten.addmm.default)
 
@@ -346,11 +357,7 @@ def test_convolution_rules_merge_summed_branches_on_weights():
         return F.conv2d(x, w1) + F.conv2d(y, w2)
     args = (torch.randn(2, 8, 10, 10), torch.randn(2, 4, 10, 10), torch.randn(16, 8, 3, 3),
             torch.randn(16, 4, 3, 3))
-    gm, _ = graph_of(fn, *args)
-    generated_rules.mark_weights(gm, [2, 3])  # (the filters' concatenation is folded)
-    applied = generated_rules.apply(gm.graph)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
+    gm, applied = generated_on(fn, args, weights=[2, 3])  # (the filters' cat is folded)
     assert applied == ["generated: add(conv(F, A), conv(G, B)) → conv(cat1(F, G), cat0(A, B))"]
     assert count(gm, aten.convolution.default) == 1
     torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-4, atol=1e-4)
@@ -382,10 +389,7 @@ def test_convolutions_of_one_input_concatenated_concatenate_their_biases(second_
     torch.manual_seed(0)
     args = (torch.randn(2, 8, 9, 7), torch.randn(8, 8, 3, 3), torch.randn(8),
             torch.randn(4, 8, 3, 3), torch.randn(4))
-    gm, _ = graph_of(fn, *args)
-    applied = generated_rules.apply(gm.graph)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
+    gm, applied = generated_on(fn, args)
     assert applied == ["generated: cat0(conv(F, A), conv(G, A)) → conv(cat0(F, G), A)"]
     assert count(gm, aten.convolution.default) == 1
     torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-4, atol=1e-4)
@@ -415,9 +419,7 @@ def test_a_bias_inside_a_product_keeps_the_product_apart():
     def fn(x, w1, b1, w2):  # (x W1ᵀ + b1) W2ᵀ: x (W2 W1)ᵀ would lose b1 W2ᵀ
         return torch.tanh(F.linear(F.linear(x, w1, b1), w2))
     args = (torch.randn(16, 32), torch.randn(32, 32), torch.randn(32), torch.randn(32, 32))
-    gm, _ = graph_of(fn, *args)
-    generated_rules.mark_weights(gm, [1, 2, 3])
-    assert generated_rules.apply(gm.graph) == []
+    assert generated_on(fn, args, weights=[1, 2, 3])[1] == []
 
 
 class BiasedDifference(torch.nn.Module):
