@@ -1,6 +1,8 @@
 """ATen graphs of small functions, for the tests of whole-graph rewrites."""
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ollie.capture import generated_rules
+
 
 def graph_of(fn, *args):
     """``fn``'s ATen graph with fake values on every node, and its fake inputs."""
@@ -19,3 +21,14 @@ def symbolic_graph_of(fn, *args):
 
 def count(gm, target) -> int:
     return sum(n.target == target for n in gm.graph.nodes)
+
+
+def generated_on(fn, args, weights=()):
+    """The graph of ``fn`` with the generated rules applied (``weights``: the inputs held
+    fixed, folded), and the lines they wrote."""
+    gm, _ = graph_of(fn, *args)
+    generated_rules.mark_weights(gm, weights)
+    applied = generated_rules.apply(gm.graph)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm, applied
