@@ -193,6 +193,21 @@ VIEWS = frozenset({
 })
 
 
+# the views that alias their input (no copy), and the calls Inductor leaves to a library as
+# they are (its extern kernels on the CPU)
+ALIASING_VIEWS = frozenset({aten.view, aten._unsafe_view, aten.reshape, aten.permute, aten.t,
+                            aten.transpose, aten.expand, aten.unsqueeze, aten.squeeze,
+                            aten.slice, aten.select, aten.alias, aten.diagonal, aten.as_strided})
+LIBRARY_CALLS = frozenset({aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution})
+
+
+def nothing_to_fuse(graph) -> bool:
+    """Whether every call of an fx graph is a library call or an aliasing view: Inductor's
+    compile of it makes the same library calls, only through its own wrapper."""
+    return all(getattr(n.target, "overloadpacket", None) in ALIASING_VIEWS | LIBRARY_CALLS
+               for n in graph.nodes if n.op == "call_function")
+
+
 def row(target):
     """The row for an fx node's target (an ATen ``OpOverload``), or None."""
     packet = getattr(target, "overloadpacket", None)

@@ -3,17 +3,16 @@
     torch.compile(model, backend="ollie", options={"budget_s": 1.0})
 
 TorchDynamo captures the Python (guards, graph breaks) and calls the backend once per graph.
-Ollie hands the graph to Inductor's ``compile_fx`` with its own ``inner_compile``: AOTAutograd
-then produces functional core-ATen graphs (the core ATen decompositions plus Inductor's own) —
-the forward, the backward, or one inference graph — and each one reaches
-``OllieBackend._inner`` before Inductor compiles it. There Ollie rewrites the regions it can
-improve (``ollie.capture.graph_pass``), Inductor compiles the original and the rewritten
-graph, and the faster one is kept. An inference graph with weights is compiled once more with
-them frozen in, kept where faster (``ollie.capture.frozen``); its compile is then timed
-against the graph run eagerly, and the faster runs (``ollie.capture.eager_or_compiled``). With
-``inductor=False`` the same graphs run as they are, through AOTAutograd alone. Ollie's compile
-carries its own cache identity (``ollie.capture.cache_identity``), so a warm start loads
-Ollie's choice from AOTAutograd's cache without reaching ``_inner`` at all.
+Ollie hands it to Inductor's ``compile_fx`` with its own ``inner_compile``: AOTAutograd makes
+functional core-ATen graphs (the forward, the backward, or one inference graph), and each
+reaches ``OllieBackend._inner`` before Inductor compiles it. There Ollie rewrites what it can
+improve (``ollie.capture.graph_pass``), and the faster of the original and the rewritten
+graph is kept, compiled or as it is, per size range (``ollie.capture.size_branches``). An
+inference graph with weights is compiled once more with them frozen in, kept where faster
+(``ollie.capture.frozen``); the artifact is then timed against the Dynamo graph run eagerly
+(``ollie.capture.eager_or_compiled``). ``inductor=False`` runs the graphs through
+AOTAutograd alone. Ollie's compile carries its own cache identity, so a warm start loads
+Ollie's choice from AOTAutograd's cache without reaching ``_inner``.
 
 Ollie never re-traces user code and never runs it: what it measures is the ATen graph, on
 sample inputs. A graph Ollie fails on goes to Inductor untouched; one Inductor cannot
@@ -66,16 +65,16 @@ class OllieBackend:
         self.adopted: dict[int, torch.fx.GraphModule] = {}
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
         self.calls_skipped_directly = False  # a skipped function is called without Dynamo
-        # this compile: whether its graph is a whole function of the user's (and so may be
-        # called without Dynamo), and the sizes (symbol -> highest) where it runs eagerly
-        self._whole_function, self._direct_bounds = False, {}
+        # this compile: is its graph a whole user function (callable without Dynamo); sizes
+        # (symbol -> highest) it runs eagerly at; (symbol, low, high): the original outside
+        self._whole_function, self._direct_bounds, self._uncompiled_outside = False, {}, None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         if self.on_graph is not None:
             self.on_graph()
         self.graphs += 1
         number = self.graphs
-        self._direct_bounds = {}
+        self._direct_bounds, self._uncompiled_outside = {}, None
         self._whole_function = self.calls_skipped_directly and \
             eager_or_compiled.whole_user_function(gm)
         reason = _unsupported(example_inputs)
@@ -105,7 +104,10 @@ class OllieBackend:
             return self._inductor_alone(gm, example_inputs, number, e)
         compiled = self._frozen_or(gm, compiled, example_inputs, number,
                                    frozen.mutates_inputs(traced))
-        if self._direct_bounds:  # a size branch runs the graph eagerly below some size
+        if self._uncompiled_outside:  # a size branch runs the original graph as it is
+            compiled = size_branches.eager_outside(gm, compiled, example_inputs,
+                                                   self._uncompiled_outside)
+        if self._direct_bounds:  # ... and ollie.optimize may call the function itself
             self._called_directly(gm, example_inputs, self._direct_bounds)
         return self._faster_of_eager(gm, compiled, example_inputs, number, stored)
 
@@ -361,9 +363,9 @@ class OllieBackend:
         return substitution.take_alternative(report) if alone else new
 
     def _within_branch(self, gm, example_inputs, kwargs, chosen, report, key, original=None):
-        artifact, self._direct_bounds = size_branches.within_branch(
-            gm, example_inputs, kwargs, chosen, report, key, self.options,
-            self._whole_function, original)
+        artifact, self._direct_bounds, self._uncompiled_outside = size_branches.within_branch(
+            gm, example_inputs, kwargs, chosen, report, key, self.options, self._whole_function,
+            original)
         return artifact
 
     def _plain(self, number: int, kind: str, gm, example_inputs):
@@ -416,9 +418,8 @@ class OllieBackend:
 
 
 def _kind(kwargs) -> str:
-    if kwargs.get("is_backward"):
-        return "backward"
-    return "inference" if kwargs.get("is_inference") else "forward"
+    return "backward" if kwargs.get("is_backward") else \
+        "inference" if kwargs.get("is_inference") else "forward"
 
 
 def _unsupported(example_inputs) -> str | None:

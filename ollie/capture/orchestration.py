@@ -29,6 +29,7 @@ import torch.fx as fx
 
 import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_force_stride_order)
 from derivations.orchestrate import Kernel, orchestrate
+from ollie.capture.aten import ALIASING_VIEWS
 from ollie.capture.samples import concrete, sample_like
 from ollie.cost import measure
 from ollie.decision import ADOPTION_MARGIN
@@ -37,9 +38,6 @@ aten = torch.ops.aten
 FORCE_WRITE = torch.ops.prims.inductor_force_stride_order.default
 # the ops whose reuse Inductor realises on the CPU (``StorageBox.should_realize_on_reuse``)
 REALISED_ON_REUSE = ("exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh")
-VIEWS = frozenset({aten.view, aten._unsafe_view, aten.reshape, aten.permute, aten.t,
-                   aten.transpose, aten.expand, aten.unsqueeze, aten.squeeze, aten.slice,
-                   aten.select, aten.alias, aten.diagonal, aten.as_strided})
 MAX_CHOICES = 4        # choices enumerated in one loop (2**4 candidates); beyond: all or none
 MAX_KERNELS = 12       # candidate kernels compiled and timed for one graph (about 1 s each)
 MIN_LOOP = 1 << 16     # a choice matters where a loop reading it has this many elements
@@ -249,7 +247,7 @@ def _kind(n: fx.Node) -> str:
         return "call"  # a random draw or a write into a tensor is never done twice
     if torch.Tag.pointwise in tags or n.target is aten._to_copy.default:
         return "pointwise"
-    if getattr(n.target, "overloadpacket", None) in VIEWS:
+    if getattr(n.target, "overloadpacket", None) in ALIASING_VIEWS:
         return "view"
     return "reduction" if torch.Tag.reduction in tags else "call"
 

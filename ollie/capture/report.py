@@ -89,12 +89,16 @@ def describe_graph(report) -> list[str]:
                      f"{rewritten * 1e3:.3f} ms ({original / rewritten:.2f}×){stored}: "
                      + ("the rewritten graph runs" if report.adopted
                         else "the original graph runs (the rewrite was not clearly faster)"))
-    if report.adopted and report.eager_timing:
-        compiled, eager = report.eager_timing
-        lines.append(f"    rewritten graph, uncompiled: {eager * 1e3:.3f} ms vs compiled "
-                     f"{compiled * 1e3:.3f} ms: " + ("it runs uncompiled (library calls)"
-                                                    if report.runs_eagerly else "compiled")
-                     + (f"; {report.by_size}" if report.by_size else ""))
+    if report.adopted and (report.eager_timing or report.runs_eagerly):
+        if report.eager_timing:
+            compiled, eager = report.eager_timing
+            text = f"rewritten graph, uncompiled: {eager * 1e3:.3f} ms vs compiled " \
+                f"{compiled * 1e3:.3f} ms: " + ("it runs uncompiled (library calls)"
+                                               if report.runs_eagerly else "compiled")
+        else:
+            text = "rewritten graph, uncompiled: library calls and views only, nothing for " \
+                "Inductor to fuse"
+        lines.append(f"    {text}" + (f"; {report.by_size}" if report.by_size else ""))
     if report.left:
         lines.append("    left to Inductor:")
         for (op, where, why), n in Counter(report.left).items():

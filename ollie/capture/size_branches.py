@@ -15,6 +15,7 @@ import torch
 
 from ollie import cache
 from ollie.capture import eager_or_compiled, graph_pass, size_range
+from ollie.capture.aten import nothing_to_fuse
 from ollie.capture.samples import sample_like
 from ollie.cost import measure
 from ollie.decision import Outcome
@@ -46,6 +47,9 @@ def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: 
             compiled = wrap(compile_fx_inner(graph, inputs, **kwargs))
         return compiled
     eager = wrap(make_boxed_func(graph.forward))
+    if nothing_to_fuse(graph.graph):  # Inductor's wrapper would only add its own cost
+        report.runs_eagerly = True
+        return eager
     lone = size_range.lone_symbol(example_inputs)
     larger = size_range.larger_size(example_inputs, lone[0]) if lone else None
     eagerly = []
@@ -112,48 +116,50 @@ def eager_everywhere(gm, example_inputs, store, key: str) -> bool:
 
 def _larger(gm, example_inputs) -> tuple | None:
     """``(symbol, where, larger size, fake inputs)`` for a graph with one size symbol and a
-    larger size to sample at. Dynamo's example inputs are real tensors of the hint's sizes;
-    the placeholders' fake values carry the size symbols, to sample at other sizes."""
+    larger size to sample at (the fake inputs carry the size symbols, to sample at others)."""
     lone = size_range.lone_symbol(example_inputs)
     if lone is None:
         return None
-    fakes = [n.meta.get("example_value", x) for n, x in
-             zip(gm.graph.find_nodes(op="placeholder"), example_inputs)]
+    fakes = _fakes(gm, example_inputs)
     larger = size_range.larger_size(fakes, lone[0])
     return (*lone, larger, fakes) if larger else None
 
 
 def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
                   whole_function: bool, original=None) -> tuple:
-    """``(artifact, direct)``: ``chosen`` (the rewritten graph's artifact) at the sizes of
-    the report's branch; outside them, the original graph, compiled or as it is, whichever ran
-    faster at a size there (``size_range.outside``). A branch on the size: no size compiles
-    again. ``direct``: the sizes (symbol -> highest) where the original runs as it is and
-    ``ollie.optimize`` may call the function itself (``whole_function``), or {}."""
+    """``(artifact, direct, uncompiled)``: ``chosen`` (the rewritten graph's artifact) at the
+    sizes of the report's branch; outside them, the original graph, compiled or as it is,
+    whichever ran faster at a size there (``size_range.outside``). A branch on the size: no
+    size compiles again. ``direct``: the sizes (symbol -> highest) where the original runs as
+    it is and ``ollie.optimize`` may call the function itself (``whole_function``), or {};
+    ``uncompiled``: ``(symbol, low, high)`` where the original runs as it is outside ``low
+    <= symbol <= high`` (``eager_outside``), or None."""
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._inductor.compile_fx import compile_fx_inner
 
     if report.size_branch is None:
-        return chosen, {}
+        return chosen, {}, None
     symbol, low, high = report.size_branch
     where = size_range.carrier(example_inputs, symbol)
     if where is None:  # no argument carries the size: Dynamo's guard keeps the range
         size_range.guard(symbol, low, high, size_range.sizes(example_inputs))
-        return chosen, {}
-    if original is None:
+        return chosen, {}, None
+    eager = make_boxed_func(gm.forward)
+    uncompiled = nothing_to_fuse(gm.graph)  # no measurement: Inductor would add only its wrapper
+    if original is None and not uncompiled:
         strides = take_output_strides()  # the rewritten graph's are the ones reported
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         take_output_strides()
         give_output_strides(strides)
-    other, at = original, size_range.outside(example_inputs, symbol, low, high)
+    other, at = (eager if uncompiled else original), \
+        size_range.outside(example_inputs, symbol, low, high)
     direct_sizes = {}
     # below the branch, ollie.optimize can call a whole function itself, without Dynamo
     direct = whole_function and low is not None
     if at is not None:
         suffix = f"{OUTSIDE}-at-{at}" + ("-called-directly" if direct else "")
         timing = graph_pass.GraphReport(report.title)
-        won = graph_pass.stored_comparison(key + suffix, timing, options)
-        eager = make_boxed_func(gm.forward)
+        won = True if uncompiled else graph_pass.stored_comparison(key + suffix, timing, options)
         if won is None:
             with real_computation():
                 won = graph_pass.compare(original, eager, example_inputs, timing,
@@ -173,9 +179,32 @@ def within_branch(gm, example_inputs, kwargs, chosen, report, key: str, options,
         (f"; ollie.optimize calls the function itself where {symbol} <= "
          f"{direct_sizes[symbol]}" if direct_sizes else "")
     report.by_size = "; ".join(filter(None, [report.by_size, runs]))
+    uncompiled = (symbol, low, high) if other is eager else None
     if low is not None:
-        return size_range.by_size(other, chosen, where, low - 1), direct_sizes
-    return size_range.by_size(chosen, other, where, high), direct_sizes
+        return size_range.by_size(other, chosen, where, low - 1), direct_sizes, uncompiled
+    return size_range.by_size(chosen, other, where, high), direct_sizes, uncompiled
+
+
+def eager_outside(gm, compiled, example_inputs, branch: tuple):
+    """``compiled`` (a Dynamo graph's artifact), with the graph run by eager PyTorch at the
+    sizes outside ``branch`` (``(symbol, low, high)``, ``within_branch``'s): the artifact runs
+    the original graph as it is there too, but through AOTAutograd's runtime wrappers and
+    Ollie's, whose Python between library calls cost more than the calls (chain_flip at 32
+    rows: 0.42 ms against 0.30 ms)."""
+    symbol, low, high = branch
+    where = size_range.carrier(_fakes(gm, example_inputs), symbol)
+    if where is None:
+        return compiled
+    if low is not None:
+        return size_range.by_size(gm.forward, compiled, where, low - 1, boxed=False)
+    return size_range.by_size(compiled, gm.forward, where, high, boxed=False)
+
+
+def _fakes(gm, example_inputs) -> list:
+    """Dynamo's example inputs are real tensors of the hint's sizes; the placeholders' fake
+    values carry the size symbols."""
+    return [n.meta.get("example_value", x) for n, x in
+            zip(gm.graph.find_nodes(op="placeholder"), example_inputs)]
 
 
 def measured_up_to(chosen, original, example_inputs, symbol, low: int, key: str, options,

@@ -48,7 +48,8 @@ def test_einsum_projections_of_one_input_become_one_product():
     def fn(x, wq, wk, wv):  # einsum lowers to bmm of one batch (read as mm, ``matrix_views``)
         q, k, v = (torch.einsum("bnd,ed->bne", x, w) for w in (wq, wk, wv))
         return torch.softmax(q @ k.transpose(1, 2), -1) @ v
-    args = (torch.randn(2, 6, 16), *(torch.randn(8, 16) for _ in range(3)))
+    torch.manual_seed(0)  # (logits of a few units: the softmax keeps the products' rounding)
+    args = (torch.randn(2, 6, 16) / 4, *(torch.randn(8, 16) for _ in range(3)))
     gm, fakes = graph_of(fn, *args)
     new, applied = graph_rules.substitute(gm, fakes)
     assert count(gm, aten.bmm.default) == 5 and count(gm, aten.mm.default) == 0
@@ -329,7 +330,8 @@ def test_a_rewritten_graph_chosen_to_run_uncompiled_runs_with_its_folded_weights
     backend = compiled_weight_product_follows_a_loaded_state()
     report = next(r for r in backend.reports if r.adopted)
     assert report.runs_eagerly and report.folded == 1
-    assert [k.endswith("-eagerly") for k in keys] == [False, True]
+    # x @ (a b)'s rewrite is one library call: it runs uncompiled without a measurement
+    assert [k.endswith("-eagerly") for k in keys] == [False]
 
 
 def test_a_product_scaled_by_itself_does_not_fold():

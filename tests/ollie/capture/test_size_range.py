@@ -67,9 +67,34 @@ def test_a_chain_rewritten_above_its_crossing_branches_to_the_original_below_it(
     region = report.regions[0]
     assert region.kernel is not None and region.size_branch and \
         region.size_range.endswith(">= 64")
-    # below 64 rows the original does fewer multiply-adds; measured, its lead may last longer
-    below = re.search(r"the original graph.* where s\d+ < (\d+)", report.by_size)
+    # below 64 rows the original does fewer multiply-adds; measured, its lead may last longer.
+    # Both graphs are library calls only: each runs as it is, with nothing for Inductor to fuse
+    below = re.search(r"the original graph, uncompiled, where s\d+ < (\d+)", report.by_size)
     assert below and 64 <= int(below.group(1)) <= 128, report.by_size
+    assert report.runs_eagerly and report.eager_timing is None
+
+
+def test_below_a_branch_running_the_original_as_it_is_dynamos_graph_runs_itself():
+    """Outside AOTAutograd's and Ollie's wrappers: the Dynamo graph's own forward."""
+    from ollie.capture import size_branches
+
+    through_artifact = []
+
+    def backend(gm, example_inputs):
+        def compiled(*args):
+            through_artifact.append(True)
+            return gm.forward(*args)
+        rows = next(x.shape[0] for x in (n.meta["example_value"] for n in
+                                         gm.graph.find_nodes(op="placeholder"))
+                    if isinstance(x, torch.Tensor) and x.shape[1] == 32).node.expr
+        return size_branches.eager_outside(gm, compiled, example_inputs, (rows, 64, None))
+    f = torch.compile(chain, backend=backend, dynamic=True)
+    b, c = torch.randn(32, 32), torch.randn(32, 4)
+    for rows, compiled in ((96, True), (63, False), (64, True)):
+        a = torch.randn(rows, 32)
+        through_artifact.clear()
+        torch.testing.assert_close(f(a, b, c), chain(a, b, c))
+        assert through_artifact == [True] * compiled, rows
 
 
 def test_below_a_branch_that_runs_eagerly_optimize_calls_the_function_itself(monkeypatch):
@@ -173,7 +198,8 @@ def test_a_call_picks_by_its_size():
 
 
 def test_a_rewritten_graph_runs_compiled_or_uncompiled_by_size(monkeypatch):
-    # measured faster compiled at the hint and uncompiled at the larger size
+    # measured faster compiled at the hint and uncompiled at the larger size (a tanh after
+    # the products: a graph Inductor has something to fuse in)
     from ollie.capture import graph_pass, size_branches
 
     def decided(original, rewritten, example_inputs, report, options, key, at=None, **_):
@@ -182,13 +208,15 @@ def test_a_rewritten_graph_runs_compiled_or_uncompiled_by_size(monkeypatch):
     monkeypatch.setattr(graph_pass, "compare", decided)
     # (the whole graph's own eager-or-compiled choice is not under test: compiled)
     monkeypatch.setattr(OllieBackend, "_faster_of_eager", lambda self, gm, compiled, *a: compiled)
+    def tanh_chain(a, b, c):
+        return torch.tanh((a @ b) @ c)
     backend = OllieBackend(Options(cache=False, budget_s=1.0))
-    f = torch.compile(chain, backend=backend)
+    f = torch.compile(tanh_chain, backend=backend)
     g = torch.Generator().manual_seed(0)
     b, c = torch.randn(256, 256, generator=g), torch.randn(256, 8, generator=g)
     for rows in (64, 96, 40, 900):  # static, then symbolic at 96: one branch on each side
         a = torch.randn(rows, 256, generator=g)
-        assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-3), rows
+        assert torch.allclose(f(a, b, c), tanh_chain(a, b, c), rtol=1e-3, atol=1e-3), rows
     report = backend.reports[-1]
     assert report.adopted and not report.runs_eagerly
     # the crossing at the geometric mean of the two measured sizes, √(96·768)
