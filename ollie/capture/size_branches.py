@@ -189,8 +189,8 @@ def eager_outside(gm, compiled, example_inputs, branch: tuple):
     """``compiled`` (a Dynamo graph's artifact), with the graph run by eager PyTorch at the
     sizes outside ``branch`` (``(symbol, low, high)``, ``within_branch``'s): the artifact runs
     the original graph as it is there too, but through AOTAutograd's runtime wrappers and
-    Ollie's, whose Python between library calls cost more than the calls (chain_flip at 32
-    rows: 0.42 ms against 0.30 ms)."""
+    Ollie's, whose Python slows small calls (``(a @ b) @ c`` at 32 × 512 × 512 × 64 through
+    ``torch.compile``: 0.28 ms this way, 0.42 ms through them)."""
     symbol, low, high = branch
     where = size_range.carrier(_fakes(gm, example_inputs), symbol)
     if where is None:
