@@ -179,15 +179,16 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     """Time ``gm`` itself (the challenger) against ``compiled`` (the baseline) on sample
     inputs; eager runs only when it leads by more than the comparison's noise
     (``decision.noise_margin``). Where eager would let Dynamo skip the function (a whole
-    function at static sizes), each side is first charged the Python the timing leaves
-    out: the compiled side Dynamo's frame and guards on every call (``called_directly``:
+    function at static sizes that calls no other, or one ``ollie.optimize`` calls), each
+    side is first charged the Python the timing leaves out: the compiled side Dynamo's frame and guards on every call (``called_directly``:
     ``ollie.optimize`` then calls the function itself, without torch.compile's wrapper
     either), the eager side the calls of the modules it runs. ``at``: sizes for the size
     symbols, instead of their hints."""
     inputs = sample_like(example_inputs, at)
     if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
         inputs = compiled.with_weights(inputs)
-    skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs)
+    skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs) and \
+        (called_directly or not calls_other_functions())
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)

@@ -213,6 +213,7 @@ def test_eager_is_charged_the_module_calls_the_graph_leaves_out(monkeypatch, per
     monkeypatch.setattr(eager_or_compiled, "module_call_overhead", lambda: per_module_s)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
     backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+    backend.calls_skipped_directly = True  # as ollie.optimize's: eager runs the modules
 
     def two_linears(x):
         return model(x)
@@ -225,6 +226,23 @@ def test_eager_is_charged_the_module_calls_the_graph_leaves_out(monkeypatch, per
     with torch.no_grad():
         assert torch.allclose(compile_with(backend, two_linears)(x), model(x))
     assert seen == [3] and any(runs in n for n in backend.notes), (seen, backend.notes)
+
+
+def test_through_torch_compile_a_function_calling_modules_is_not_charged_a_frame(monkeypatch):
+    # Dynamo cannot skip it (each module would be compiled alone), so eager runs under Dynamo's
+    # frame too: the measured 10% lead of the compile decides, whatever the frame costs
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(0.9e-5, 1e-5))
+    monkeypatch.setattr(eager_or_compiled, "dynamo_call_overhead", lambda *_: 1e-3)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
+    backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
+
+    def linear_tanh(x):
+        return model(x)
+
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        assert torch.allclose(compile_with(backend, linear_tanh)(x), model(x))
+    assert any("runs Inductor's compile" in n for n in backend.notes), backend.notes
 
 
 def test_a_graph_before_a_break_runs_eagerly_without_skipping_its_function(monkeypatch):
