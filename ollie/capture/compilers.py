@@ -2,13 +2,11 @@
 
 Both hand Ollie's compiler (``OllieBackend._inner`` or ``_plain``) the functional core-ATen
 graphs AOTAutograd makes, under the same decompositions (``decompositions``: the core ATen
-ones, Inductor's own, and multiply-adds written out), which every Ollie trace of torch code into ATen uses too.
+ones plus Inductor's own), which every Ollie trace of torch code into ATen uses too.
 """
 from __future__ import annotations
 
 import functools
-
-import torch
 
 from ollie.capture.cache_identity import CacheIdentity
 
@@ -29,8 +27,7 @@ def with_inductor(gm, example_inputs, inner, options=None):
     patches = dict(INDUCTOR_CONFIG, post_grad_custom_post_pass=CacheIdentity(options))
     with functorch_config.patch(enable_autograd_cache=options.cache and
                                 functorch_config.enable_autograd_cache):
-        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches,
-                          decompositions=decompositions())
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
 
 
 def without_inductor(gm, example_inputs, compiler):
@@ -44,34 +41,10 @@ def without_inductor(gm, example_inputs, compiler):
     )(gm, example_inputs)
 
 
-@functools.cache
 def decompositions() -> dict:
-    """The core ATen decompositions plus Inductor's own (what Inductor expects to compile),
-    and ``ARITHMETIC``'s."""
-    from torch._decomp import decomposition_table
+    """The core ATen decompositions plus Inductor's own (what Inductor expects to compile)."""
     from torch._inductor import config
     from torch._inductor.decomposition import select_decomp_table
 
     with config.patch(INDUCTOR_CONFIG):
-        table = dict(select_decomp_table())
-    for op in ARITHMETIC:
-        table[op] = _in_full_precision(decomposition_table[op])
-    return table
-
-
-# Pointwise ops that Inductor lowers whole but that are multiply-adds: written as mul, div and
-# add, an affine map spelled ``torch.addcmul(shift, x @ w, scale)`` is the one Ollie's graph
-# rules fold (Inductor fuses the pieces back into one kernel).
-ARITHMETIC = (torch.ops.aten.addcmul.default, torch.ops.aten.addcdiv.default)
-
-
-def _in_full_precision(decompose):
-    """``decompose`` where every tensor is float32 or float64; elsewhere the op stays whole,
-    as eager rounds it once (``NotImplemented`` tells the tracer to keep it)."""
-    full = (torch.float32, torch.float64)
-
-    def decomposed(*args, **kwargs):
-        if any(isinstance(a, torch.Tensor) and a.dtype not in full for a in args):
-            return NotImplemented
-        return decompose(*args, **kwargs)
-    return decomposed
+        return select_decomp_table()
