@@ -6,7 +6,8 @@ and ``affine_into_matmul`` of ``ollie.capture.graph_rules.RULES``):
     (A @ B) · s       = A @ (B·s)                s per column; addmm's bias scaled too
     (A @ B) + t       = addmm(t, A, B)           t per column
 
-An inference batch norm, which AOTAutograd writes as a subtraction of the running mean, two
+A multiply-add spelled ``torch.addcmul(t, A @ B, s)`` (or ``addcdiv``) is first written out as
+its steps. An inference batch norm, which AOTAutograd writes as a subtraction of the running mean, two
 multiplications (inverse deviation, weight) and a shift, folds away one step at a time. What
 the contraction's operands then compute reads weights alone, and in a graph without grad it
 is folded once (``ollie.capture.folding``). A factor computed from the contraction's own
@@ -25,8 +26,13 @@ CONTRACTIONS = {aten.convolution.default: "affine_into_conv",
                 aten.mm.default: "affine_into_matmul", aten.addmm.default: "affine_into_matmul"}
 
 
+# ``addcmul(t, y, s, value=v)`` = t + (y·s)·v; ``addcdiv`` with ÷ s
+MULTIPLY_ADDS = {aten.addcmul.default: aten.mul.Tensor, aten.addcdiv.default: aten.div.Tensor}
+
+
 def fold_affine(graph: fx.Graph, on: set) -> list[str]:
     """Fold every affine step that follows a contraction; a line per fold."""
+    _write_out_multiply_adds(graph)
     applied = []
     for n in list(graph.nodes):
         step = _step(n)
@@ -42,6 +48,36 @@ def fold_affine(graph: fx.Graph, on: set) -> list[str]:
         applied.append(f"{CONTRACTIONS[y.target]}: {n.target.__name__} folded into "
                        f"{y.target.__name__}")
     return applied
+
+
+def _write_out_multiply_adds(graph: fx.Graph) -> None:
+    """An ``addcmul`` or ``addcdiv`` of a contraction's result by a factor that would fold,
+    written out as its steps, which then fold one by one (Inductor fuses what is left into one
+    kernel again). In float32/64 only: eager rounds a half-precision one once."""
+    for n in list(graph.nodes):
+        if n.op != "call_function" or n.target not in MULTIPLY_ADDS:
+            continue
+        shift, *operands = n.args
+        orders = [operands, operands[::-1]] if n.target == aten.addcmul.default else [operands]
+        out = n.meta.get("val")
+        for y, factor in orders:
+            if not (isinstance(y, fx.Node) and y.target in CONTRACTIONS and
+                    len(y.users) == 1 and "val" in y.meta and isinstance(out, torch.Tensor) and
+                    out.dtype in (torch.float32, torch.float64) and
+                    y.meta["val"].shape == out.shape and _per_channel(factor, y.meta["val"])):
+                continue
+            def step(op, args):
+                node = graph.call_function(op, args)
+                node.meta = dict(n.meta)  # each step has the result's shape and dtype
+                return node
+            with graph.inserting_before(n):
+                result = step(MULTIPLY_ADDS[n.target], (y, factor))
+                if n.kwargs.get("value", 1) != 1:
+                    result = step(aten.mul.Tensor, (result, n.kwargs["value"]))
+                result = step(aten.add.Tensor, (shift, result))
+            n.replace_all_uses_with(result)
+            graph.erase_node(n)
+            break
 
 
 def _step(n: fx.Node) -> tuple[fx.Node, object] | None:

@@ -46,6 +46,14 @@ def _div(self, other, *, rounding_mode=None):
     return ops.div(self, other, rounding_mode=rounding_mode)
 
 
+def _multiply_add(op):
+    """``addcmul`` and ``addcdiv``: ``self + value · op(tensor1, tensor2)``."""
+    def row(self, tensor1, tensor2, *, value=1):
+        term = op(tensor1, tensor2)
+        return ops.add(self, term if value == 1 else ops.mul(term, value))
+    return row
+
+
 def _all_dims(dim):
     """ATen's ``dim=[]`` (and ``None``) means every dimension."""
     return None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
@@ -160,6 +168,7 @@ TABLE = {
     # elementwise
     aten.add: ops.add, aten.sub: ops.sub, aten.mul: ops.mul,
     aten.div: _div, aten.maximum: ops.maximum, aten.minimum: ops.minimum,
+    aten.addcmul: _multiply_add(ops.mul), aten.addcdiv: _multiply_add(ops.div),
     aten.neg: ops.neg, aten.reciprocal: ops.reciprocal, aten.relu: ops.relu,
     aten.exp: ops.exp, aten.log: ops.log, aten.tanh: ops.tanh, aten.sigmoid: ops.sigmoid,
     aten.sqrt: ops.sqrt, aten.abs: ops.abs, aten.rsqrt: ops.rsqrt, aten.erf: ops.erf,

@@ -26,6 +26,9 @@ CASES = [
      [(1, 4, 5, 5), (4, 2, 4, 4)]),
     ("arithmetic", lambda x, y: (x + 2 * y - y / 3) * x - torch.neg(y), [(3, 4), (3, 4)]),
     ("add_alpha", lambda x, y: torch.add(x, y, alpha=3), [(3, 4), (4,)]),
+    ("multiply_adds", lambda x, y, z: torch.addcmul(x, y, z) + torch.addcdiv(x, y, z.abs() + 1,
+                                                                             value=-0.5),
+     [(3, 4), (3, 4), (4,)]),
     ("pow", lambda x: x ** 2 + torch.pow(x, 3) + 2 ** x, [(3, 4)]),
     ("unary", lambda x: torch.exp(x).log() + torch.tanh(x) + torch.sigmoid(x) + torch.relu(x)
      + x.abs().sqrt() + (x.abs() + 1).rsqrt() + torch.erf(x), [(3, 4)]),

@@ -309,6 +309,22 @@ def test_a_scale_and_shift_fold_into_a_matmul_but_a_scale_that_reads_its_result_
     same_outputs(gm, new, args)
 
 
+def test_an_affine_map_spelled_addcmul_or_addcdiv_folds_but_stays_whole_in_half_precision():
+    def fn(x, y, w, s, t):
+        return torch.addcmul(t, x @ w, s), torch.addcdiv(t, y @ w, s, value=0.5)
+    args = (torch.randn(5, 4), torch.randn(3, 4), torch.randn(4, 4), torch.rand(4) + 0.5,
+            torch.randn(4))
+    gm, fakes = graph_of(fn, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert sum(a.startswith("affine_into_matmul") for a in applied) >= 4, applied
+    products = [n for n in new.graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
+    assert len(products) == 2 and all(u.op == "output" for n in products for u in n.users)
+    same_outputs(gm, new, args)
+    half, fakes = graph_of(fn, *(a.half() for a in args))
+    half, _ = graph_rules.substitute(half, fakes)  # eager rounds it once: kept whole
+    assert count(half, aten.addcmul.default) == count(half, aten.addcdiv.default) == 1
+
+
 def test_a_merge_that_would_move_a_random_op_is_refused():
     def fn(x, y, w):  # merging the products would draw y's dropout mask before x's product
         return F.dropout(x, 0.5) @ w, F.dropout(y, 0.5) @ w
