@@ -16,9 +16,10 @@ Inductor (which elementwise values the final graph writes to memory:
 ``ollie.capture.orchestration``). Every rule is an identity for all values (the numerics
 contract); what the substitutions do is still checked on sample inputs
 (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
-With symbolic sizes (Dynamo's SymInts), merges and folds apply where the sizes they
-concatenate, split or scale by are fixed (three projections of a batch of any length, a
-batch norm after a convolution of images of any size); generated rules where they cost less
+With symbolic sizes (Dynamo's SymInts), merges apply at every size (a split by a size symbol
+reads it from the graph: the rows of the slices of a batch of any length), folds where the
+sizes they scale by are fixed (a batch norm after a convolution of images of any size);
+generated rules where they cost less
 at every size; tilings compare the sizes of pieces, which would specialise the graph, and
 stay with static sizes.
 """
@@ -242,12 +243,15 @@ def _key(shape) -> tuple:
     return tuple(d if isinstance(d, int) else str(d) for d in shape)
 
 
-def _fixed_sizes(members: list[fx.Node], merge: Merge) -> bool:
-    """Whether the sizes a merge concatenates and splits by are all fixed."""
-    sizes = [shape_of(m)[merge.out_dim] for m in members] + \
-        [shape_of(m.args[pos])[dim] for m in members for pos, dim in merge.varying
-         if isinstance(m.args[pos], fx.Node)]
-    return all(isinstance(d, int) for d in sizes)
+def _split_size(graph: fx.Graph, member: fx.Node, merge: Merge):
+    """``member``'s size along the dim its merged result is split along: an int, or (a size
+    symbol) a node reading it from the first varying operand, whose size along the dim it is
+    concatenated along is that size in every merge."""
+    size = shape_of(member)[merge.out_dim]
+    if isinstance(size, int):
+        return size
+    pos, dim = merge.varying[0]
+    return graph.call_function(aten.sym_size.int, (member.args[pos], dim))
 
 
 def _merge_round(graph: fx.Graph, symbolic: bool = False) -> list[str]:
@@ -265,7 +269,7 @@ def _merge_round(graph: fx.Graph, symbolic: bool = False) -> list[str]:
         members = _independent(members)
         if merge.rule in ("grouped_conv", "grouped_mm"):
             members = _tiling_groups(members)
-        if len(members) < 2 or symbolic and not _fixed_sizes(members, merge):
+        if len(members) < 2:
             continue
         _rewrite(graph, members, merge, simplify=not symbolic)
         used.update(members)
@@ -321,7 +325,7 @@ def _rewrite(graph: fx.Graph, members: list[fx.Node], merge: Merge, simplify: bo
         args[0], args[8] = tilings.piece(first.args[0])[0], len(members)
     with graph.inserting_before(first):
         merged = graph.call_function(first.target, tuple(args))
-        sizes = [shape_of(m)[merge.out_dim] for m in members]
+        sizes = [_split_size(graph, m, merge) for m in members]
         split = graph.call_function(aten.split_with_sizes.default,
                                     (merged, sizes, merge.out_dim))
         for i, m in enumerate(members):

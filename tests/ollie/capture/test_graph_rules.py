@@ -412,13 +412,17 @@ def test_linear_maps_of_a_batch_of_any_size_merge_where_the_split_sizes_are_fixe
         same_outputs(gm, new, (torch.randn(batch, 16),))
 
 
-def test_products_split_by_symbolic_sizes_are_not_merged():
+def test_products_split_by_symbolic_sizes_merge_reading_the_sizes_from_the_graph():
     w = torch.randn(8, 4)
 
-    def fn(x1, x2):  # rows of two batches of any sizes: the split would be symbolic
+    def fn(x1, x2, w):  # rows of two batches of any sizes: the split sizes are symbols
         return x1 @ w, x2 @ w
-    gm, fakes = symbolic_graph_of(fn, torch.randn(5, 8), torch.randn(6, 8))
-    assert graph_rules.substitute(gm, fakes) == (None, [])
+    gm, fakes = symbolic_graph_of(fn, torch.randn(5, 8), torch.randn(6, 8), w)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["shared_rhs: 2 × mm.default → 1"], applied
+    assert count(new, aten.mm.default) == 1 and count(new, aten.sym_size.int) == 2
+    for rows in ((3, 9), (40, 1), (2, 2)):
+        same_outputs(gm, new, (torch.randn(rows[0], 8), torch.randn(rows[1], 8), w))
 
 
 def test_a_batch_norm_folds_into_a_convolution_of_images_of_any_size():
