@@ -70,6 +70,11 @@ def last_token_logits(h, w):
     return torch.log_softmax(torch.nn.functional.linear(h, w)[:, -1], dim=-1)
 
 
+def step_products(x, w):
+    return torch.relu(torch.stack([torch.einsum("bd,de->be", x[:, t], w)
+                                   for t in range(x.shape[1])], 1))
+
+
 _MODELS: dict = {}  # built on the first call of a case's inputs (not at import)
 
 
@@ -120,6 +125,7 @@ _B1, _C1 = _randn(1024, 1024, seed=1), _randn(1024, 64, seed=2)
 _W = _randn(512, 512, seed=3)
 _B2, _C2 = _randn(512, 512, seed=4), _randn(512, 64, seed=5)
 _VOCAB = _randn(256, 4096, seed=6)
+_W_STEP = _randn(256, 256, seed=7)
 
 CASES = [
     SizeCase("chain_softmax", "softmax((a @ b) @ c), a: rows × 1024, b: 1024², c: 1024 × 64",
@@ -139,6 +145,11 @@ CASES = [
              "while decoding, h: 1 × length × 256 (the length grows by one token), w: 4096 × "
              "256", last_token_logits, lambda n: (_randn(1, n, 256, seed=n), _VOCAB.t()),
              tuple(range(100, 112))),
+    SizeCase("step_products", "relu(stack([einsum('bd,de->be', x[:, t], w) for t in range(8)], "
+             "1)): one weight "
+             "applied to each of 8 time steps, x: batch × 8 × 256, w: 256²", step_products,
+             lambda n: (_randn(n, 8, 256, seed=n), _W_STEP),
+             (64, 48, 32, 100, 128, 16, 200, 256, 24, 80, 96, 40)),
     SizeCase("bert_seq", "2 BERT layers, d=256, sequence lengths 32 to 512", bert_stack,
              _sequence("bert"), (32, 64, 96, 128, 192, 256, 320, 384, 448, 512, 40, 200)),
     SizeCase("gpt2_decode", "GPT-2 block, d=256, decoding: the sequence grows by one token",
