@@ -6,9 +6,10 @@ and ``affine_into_matmul`` of ``ollie.capture.graph_rules.RULES``):
     (A @ B) · s       = A @ (B·s)                s per column; addmm's bias scaled too
     (A @ B) + t       = addmm(t, A, B)           t per column
 
-A multiply-add spelled ``torch.addcmul(t, A @ B, s)`` (or ``addcdiv``) is first written out as
-its steps. An inference batch norm, which AOTAutograd writes as a subtraction of the running mean, two
-multiplications (inverse deviation, weight) and a shift, folds away one step at a time. What
+A multiply-add spelled ``torch.addcmul(t, A @ B, s)`` (or ``addcdiv``) is first written out
+as its steps. An inference batch norm, which AOTAutograd writes as a subtraction of the
+running mean, two multiplications (inverse deviation, weight) and a shift, folds away one
+step at a time. What
 the contraction's operands then compute reads weights alone, and in a graph without grad it
 is folded once (``ollie.capture.folding``). A factor computed from the contraction's own
 result (a training batch norm's batch statistics, a squeeze-and-excite gate) never folds.
@@ -66,18 +67,21 @@ def _write_out_multiply_adds(graph: fx.Graph) -> None:
                     out.dtype in (torch.float32, torch.float64) and
                     y.meta["val"].shape == out.shape and _per_channel(factor, y.meta["val"])):
                 continue
-            def step(op, args):
-                node = graph.call_function(op, args)
-                node.meta = dict(n.meta)  # each step has the result's shape and dtype
-                return node
             with graph.inserting_before(n):
-                result = step(MULTIPLY_ADDS[n.target], (y, factor))
+                result = _written_step(n, MULTIPLY_ADDS[n.target], (y, factor))
                 if n.kwargs.get("value", 1) != 1:
-                    result = step(aten.mul.Tensor, (result, n.kwargs["value"]))
-                result = step(aten.add.Tensor, (shift, result))
+                    result = _written_step(n, aten.mul.Tensor, (result, n.kwargs["value"]))
+                result = _written_step(n, aten.add.Tensor, (shift, result))
             n.replace_all_uses_with(result)
             graph.erase_node(n)
             break
+
+
+def _written_step(n: fx.Node, op, args: tuple) -> fx.Node:
+    """A step of what ``n`` computes, with ``n``'s shape and dtype."""
+    step = n.graph.call_function(op, args)
+    step.meta = dict(n.meta)
+    return step
 
 
 def _step(n: fx.Node) -> tuple[fx.Node, object] | None:

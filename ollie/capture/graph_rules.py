@@ -18,10 +18,9 @@ contract); what the substitutions do is still checked on sample inputs
 (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
 With symbolic sizes (Dynamo's SymInts), merges apply at every size (a split by a size symbol
 reads it from the graph: the rows of the slices of a batch of any length), folds where the
-sizes they scale by are fixed (a batch norm after a convolution of images of any size);
-generated rules where they cost less
-at every size; tilings compare the sizes of pieces, which would specialise the graph, and
-stay with static sizes.
+sizes they scale by are fixed (a batch norm after a convolution of images of any size),
+generated rules where they cost less at every size; tilings compare the sizes of pieces,
+which would specialise the graph, and stay with static sizes.
 """
 from __future__ import annotations
 
