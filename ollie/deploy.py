@@ -30,7 +30,7 @@ from torch.export.graph_signature import (
 )
 
 from ollie import log, progress
-from ollie.capture import backend, compilers, folding, graph_pass, size_branches
+from ollie.capture import backend, compilers, folding, graph_pass, samples
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
@@ -66,7 +66,7 @@ def _rewritten(ep, options: Options, report: list | None) -> fx.GraphModule:
     """Ollie's rewrite of the exported graph where Inductor's compile of it is faster."""
     gm = ep.graph_module
     fakes = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
-    with torch.no_grad(), size_branches.real_computation(), \
+    with torch.no_grad(), samples.real_computation(), \
             progress.progress(options.progress) as show:
         new, graph_report = graph_pass.rewrite_graph(
             gm, fakes, options, "exported graph", compilers.decompositions(), show,

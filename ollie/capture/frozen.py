@@ -8,7 +8,11 @@ convolution and linear weights for the CPU's libraries once (oneDNN's packed for
 fuses an activation into a convolution. On a 2-core CPU that ran a ResNet-18 1.5× and a
 BERT layer 1.15× as fast as Inductor's default compile, and a MobileNet 0.8× as fast: so the
 frozen compile is timed against the other and kept only where it wins (the choice is stored
-in the disk cache). Where Ollie's rewrite of the graph was adopted, the rewrite is what is
+in the disk cache). That compile is a second one, as long as the first or longer (18 s of an
+unrolled RNN cell's first call), so it is tried only where the graph's freezing passes, run
+uncompiled, do not slow the graph down (``compiled_where_not_slower``): on the
+models bench that told the five graphs freezing slowed (0.52–0.84× uncompiled; 0.73–0.99×
+compiled) from the two it sped up (1.16–1.23× uncompiled; 1.11–1.18× compiled). Where Ollie's rewrite of the graph was adopted, the rewrite is what is
 frozen (its merges and folds, then Inductor's packing: two 3×3 convolutions summed ran 1.79×
 ``torch.compile`` rewritten and 1.95× rewritten and frozen). torch.compile does not freeze
 by default because a frozen artifact goes stale when a weight changes; here each call checks
@@ -30,7 +34,7 @@ import torch
 import torch.fx as fx
 
 from ollie import cache, decision as decisions
-from ollie.capture.samples import sample_like
+from ollie.capture.samples import real_computation, sample_like
 from ollie.capture.symbolic import has_symbolic_sizes
 from ollie.cost import measure
 from ollie.decision import Outcome
@@ -92,8 +96,18 @@ def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None
         return compiled, None
     source = rewritten if rewritten is not None and _same_inputs(rewritten, example_inputs) \
         else gm
-    artifact = FrozenWeights(compile_frozen(source, example_inputs, held, config), compiled,
-                             held, len(example_inputs), of_rewrite=source is rewritten)
+    probed = None if decided is not None else \
+        compiled_where_not_slower(source, example_inputs, held, budget_s)
+    try:
+        frozen_compile = compile_frozen(source, example_inputs, held, config, probed)
+    except SlowerUncompiled as slower:
+        if store is not None:
+            store.put(key, decisions.decide(slower.timing).entry())
+        return compiled, (f"keeps its weights out of Inductor's compile: frozen in, it ran "
+                          f"{slower.timing.speedup:.2f}× as fast uncompiled, so its compile "
+                          "was not tried")
+    artifact = FrozenWeights(frozen_compile, compiled, held, len(example_inputs),
+                             of_rewrite=source is rewritten)
     if decided is Outcome.ADOPTED:
         return artifact, (f"freezes its {len(held)} weights into Inductor's compile, stored "
                           "in the disk cache; a call whose weights changed runs the unfrozen "
@@ -125,9 +139,10 @@ def _same_inputs(graph: fx.GraphModule, example_inputs) -> bool:
 
 
 def compile_frozen(gm: fx.GraphModule, example_inputs, frozen: dict[int, torch.Tensor],
-                   config: dict):
+                   config: dict, inner_compile=None):
     """Inductor's compile of ``gm`` with the inputs at ``frozen``'s positions made constants
-    (attributes of the graph, which Inductor's freezing folds); it takes the other inputs."""
+    (attributes of the graph, which Inductor's freezing folds); it takes the other inputs.
+    ``inner_compile``: what compiles the frozen ATen graph (default Inductor's own)."""
     from torch._inductor.compile_fx import compile_fx
 
     holder = torch.nn.Module()
@@ -151,9 +166,44 @@ def compile_frozen(gm: fx.GraphModule, example_inputs, frozen: dict[int, torch.T
         elif node.op != "placeholder":
             mapping[node] = graph.node_copy(node, mapping.__getitem__)
     rest = [x for i, x in enumerate(example_inputs) if i not in frozen]
+    extra = {} if inner_compile is None else {"inner_compile": inner_compile}
     with torch.no_grad():
         return compile_fx(fx.GraphModule(holder, graph), rest,
-                          config_patches=dict(config, freezing=True))
+                          config_patches=dict(config, freezing=True), **extra)
+
+
+class SlowerUncompiled(Exception):
+    """The freezing passes made the graph slower, run uncompiled: Inductor's compile of the
+    frozen graph is not worth a try. ``timing``: the ``measure.Comparison``."""
+
+    def __init__(self, timing):
+        super().__init__(f"frozen, uncompiled: {timing.speedup:.2f}× as fast")
+        self.timing = timing
+
+
+def compiled_where_not_slower(gm: fx.GraphModule, example_inputs,
+                              frozen: dict[int, torch.Tensor], budget_s: float):
+    """An inner compile for ``compile_frozen``: Inductor's, once the frozen ATen graph it is
+    handed (the weights folded, packed for the CPU's libraries, activations fused into
+    convolutions), run uncompiled on sample inputs, is timed against ``gm`` uncompiled (its
+    weights the real ones); it raises ``SlowerUncompiled`` where the frozen graph is slower
+    by the adoption margin. Inductor compiles the pointwise work around the library calls
+    alike in either form, so what freezing does to them shows uncompiled, in about a second,
+    and the compile (as long as the first one) is not spent where it would lose."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    def inner(frozen_gm, frozen_inputs, **kwargs):
+        with real_computation(), torch.no_grad(), torch.random.fork_rng(devices=[]):
+            inputs = sample_like(example_inputs)
+            for i, weight in frozen.items():
+                inputs[i] = weight
+            rest = sample_like(frozen_inputs)
+            timing = measure.compare(lambda: gm(*inputs), lambda: frozen_gm(*rest),
+                                     budget_s=budget_s)
+        if timing.speedup < decisions.ADOPTION_MARGIN:
+            raise SlowerUncompiled(timing)
+        return compile_fx_inner(frozen_gm, frozen_inputs, **kwargs)
+    return inner
 
 
 class FrozenWeights:

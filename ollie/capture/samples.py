@@ -6,6 +6,8 @@ sampled at its hint, the size of the call that compiled the graph, without addin
 """
 from __future__ import annotations
 
+import contextlib
+
 import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
@@ -51,3 +53,14 @@ def sample_like(example_inputs, at: dict | None = None) -> list:
             t.zero_()
         out.append(t)
     return out
+
+
+@contextlib.contextmanager
+def real_computation():
+    """AOTAutograd calls its compilers with a fake mode active and Inductor with the Python
+    dispatcher on (a big mm then runs ~10× slower); Ollie's samples and timings need neither."""
+    from torch._dispatch.python import no_python_dispatcher
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), no_python_dispatcher():
+        yield

@@ -9,14 +9,12 @@ plumbing for compiling and timing inside AOTAutograd's compilers.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from ollie import cache
 from ollie.capture import eager_or_compiled, graph_pass, size_range
 from ollie.capture.aten import nothing_to_fuse
-from ollie.capture.samples import sample_like
+from ollie.capture.samples import real_computation, sample_like
 from ollie.cost import measure
 from ollie.decision import Outcome
 
@@ -238,17 +236,6 @@ def measured_up_to(chosen, original, example_inputs, symbol, low: int, key: str,
         cache.Cache(options.cache_dir).put(key + UP_TO, {"decision": Outcome.MEASURED.value,
                                                          "up_to": up_to, "remeasured": 0})
     return up_to
-
-
-@contextlib.contextmanager
-def real_computation():
-    """AOTAutograd calls its compilers with a fake mode active and Inductor with the Python
-    dispatcher on (a big mm then runs ~10× slower); Ollie's samples and timings need neither."""
-    from torch._dispatch.python import no_python_dispatcher
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily(), no_python_dispatcher():
-        yield
 
 
 def take_output_strides() -> list | None:

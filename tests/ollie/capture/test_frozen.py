@@ -1,6 +1,7 @@
 """Inference weights frozen into Inductor's compile (``ollie.capture.frozen``): kept only
 where it measured faster, and never stale: a call whose weights changed (another tensor, an
 in-place update) runs the unfrozen compile."""
+import tempfile
 from types import SimpleNamespace
 
 import pytest
@@ -80,6 +81,8 @@ def test_the_frozen_compile_runs_only_while_its_weights_are_unchanged():
 
 @pytest.mark.parametrize("grad", [False, True])
 def test_freezing_is_kept_only_where_faster_and_never_under_grad(monkeypatch, grad):
+    monkeypatch.setattr(frozen_mod, "compiled_where_not_slower",  # compiled, not timed first
+                        lambda *a: None)
     monkeypatch.setattr(frozen_mod, "measure", _timed_as(2e-3, 1e-3))  # frozen: slower
     model, x = _randomized(ConvBN(), 0), torch.randn(2, 3, 8, 8)
     backend = ollie.OllieBackend(ollie.Options(cache=False))
@@ -87,6 +90,26 @@ def test_freezing_is_kept_only_where_faster_and_never_under_grad(monkeypatch, gr
     with torch.set_grad_enabled(grad):
         torch.testing.assert_close(compiled(x), model(x))
     assert not backend.frozen_graphs and not any("freezes" in n for n in backend.notes)
+
+
+def test_freezing_that_slows_the_graph_uncompiled_is_not_compiled(monkeypatch):
+    """The frozen compile is a second compile: where the freezing passes, run uncompiled, make
+    the graph slower, it is not tried, and a warm start does not try it either."""
+    from ollie.capture import eager_or_compiled
+    monkeypatch.setattr(frozen_mod, "measure", _timed_as(2e-3, 1e-3))  # frozen: slower
+    monkeypatch.setattr(eager_or_compiled, "choose",
+                        lambda *a, **k: Decision(Outcome.NOT_FASTER))
+    model, x = _randomized(ConvBN(), 0), torch.randn(2, 3, 8, 8)
+    store, notes = tempfile.mkdtemp(), []
+    for start in ("cold", "warm"):
+        torch._dynamo.reset()
+        backend = ollie.OllieBackend(ollie.Options(cache_dir=store))
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
+        assert not backend.frozen_graphs, (start, backend.notes)
+        notes.append([n for n in backend.notes if "weights" in n])
+    assert notes == [["graph 1 keeps its weights out of Inductor's compile: frozen in, it ran "
+                      "0.50× as fast uncompiled, so its compile was not tried"], []], notes
 
 
 def test_a_graph_that_updates_its_buffers_is_not_frozen_and_updates_them_once(monkeypatch):
