@@ -11,15 +11,14 @@ frozen compile is timed against the other and kept only where it wins (the choic
 in the disk cache). That compile is a second one, as long as the first or longer (18 s of an
 unrolled RNN cell's first call), so it is tried only where the graph's freezing passes, run
 uncompiled, do not slow the graph down (``compiled_where_not_slower``): on the models bench
-that told the five graphs freezing slowed (0.52–0.84× uncompiled; 0.73–0.99× compiled) from
-the two it sped up (1.16–1.23× uncompiled; 1.11–1.18× compiled). Where Ollie's rewrite of
-the graph was adopted, the rewrite is what is frozen (its merges and folds, then Inductor's
-packing: two 3×3 convolutions summed ran 1.79× ``torch.compile`` rewritten and 1.95×
-rewritten and frozen). torch.compile does not freeze by default because a frozen artifact
-goes stale when a weight changes; here each call checks that every weight is the tensor that
-was frozen, at the version it had (an in-place update -- an optimizer step,
-``load_state_dict`` -- moves the version counter), and a call that finds one changed runs
-the unfrozen compile.
+that told the five graphs freezing slowed (0.23–0.85× uncompiled; 0.73–0.99× compiled) from
+the two it sped up (1.11–1.18× compiled). Where Ollie's rewrite of the graph was adopted,
+the rewrite is what is frozen (its merges and folds, then Inductor's packing: two 3×3
+convolutions summed ran 1.79× ``torch.compile`` rewritten and 1.95× rewritten and frozen).
+torch.compile does not freeze by default because a frozen artifact goes stale when a weight
+changes; here each call checks that every weight is the tensor that was frozen, at the
+version it had (an in-place update -- an optimizer step, ``load_state_dict`` -- moves the
+version counter), and a call that finds one changed runs the unfrozen compile.
 (An update through ``.data`` bypasses the counter, as it does for Inductor's freezing.)
 
 A graph with symbolic sizes is not frozen: Inductor packs a linear layer's weight for MKL
