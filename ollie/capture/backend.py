@@ -32,8 +32,7 @@ from ollie import cache, log, progress
 from ollie.capture import compilers, eager_or_compiled, folding, frozen, generated_rules, \
     graph_pass, rewrite, second_compile, size_branches, size_range, substitution
 from ollie.capture.samples import real_computation
-from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, \
-    take_output_strides
+from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, take_output_strides
 from ollie.capture.report import graph_line
 from ollie.log import first_line
 from ollie.options import Options
