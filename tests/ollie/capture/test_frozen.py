@@ -1,7 +1,6 @@
 """Inference weights frozen into Inductor's compile (``ollie.capture.frozen``): kept only
 where it measured faster, and never stale: a call whose weights changed (another tensor, an
 in-place update) runs the unfrozen compile."""
-import tempfile
 from types import SimpleNamespace
 
 import pytest
@@ -92,7 +91,7 @@ def test_freezing_is_kept_only_where_faster_and_never_under_grad(monkeypatch, gr
     assert not backend.frozen_graphs and not any("freezes" in n for n in backend.notes)
 
 
-def test_freezing_that_slows_the_graph_uncompiled_is_not_compiled(monkeypatch):
+def test_freezing_that_slows_the_graph_uncompiled_is_not_compiled(monkeypatch, tmp_path):
     """The frozen compile is a second compile: where the freezing passes, run uncompiled, make
     the graph slower, it is not tried, and a warm start does not try it either."""
     from ollie.capture import eager_or_compiled
@@ -100,10 +99,10 @@ def test_freezing_that_slows_the_graph_uncompiled_is_not_compiled(monkeypatch):
     monkeypatch.setattr(eager_or_compiled, "choose",
                         lambda *a, **k: Decision(Outcome.NOT_FASTER))
     model, x = _randomized(ConvBN(), 0), torch.randn(2, 3, 8, 8)
-    store, notes = tempfile.mkdtemp(), []
+    notes = []
     for start in ("cold", "warm"):
         torch._dynamo.reset()
-        backend = ollie.OllieBackend(ollie.Options(cache_dir=store))
+        backend = ollie.OllieBackend(ollie.Options(cache_dir=str(tmp_path)))
         with torch.no_grad():
             torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
         assert not backend.frozen_graphs, (start, backend.notes)
