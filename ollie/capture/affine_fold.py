@@ -9,10 +9,10 @@ and ``affine_into_matmul`` of ``ollie.capture.graph_rules.RULES``):
 A multiply-add spelled ``torch.addcmul(t, A @ B, s)`` (or ``addcdiv``) is first written out
 as its steps. An inference batch norm, which AOTAutograd writes as a subtraction of the
 running mean, two multiplications (inverse deviation, weight) and a shift, folds away one
-step at a time. What
-the contraction's operands then compute reads weights alone, and in a graph without grad it
-is folded once (``ollie.capture.folding``). A factor computed from the contraction's own
-result (a training batch norm's batch statistics, a squeeze-and-excite gate) never folds.
+step at a time. What the contraction's operands then compute reads weights alone, and in a
+graph without grad it is folded once (``ollie.capture.folding``). A factor computed from the
+contraction's own result (a training batch norm's batch statistics, a squeeze-and-excite
+gate) never folds.
 """
 from __future__ import annotations
 

@@ -183,8 +183,7 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     side is first charged the Python the timing leaves out: the compiled side Dynamo's
     frame and guards on every call (``called_directly``: ``ollie.optimize`` then calls the
     function itself, without torch.compile's wrapper either), the eager side the calls of
-    the modules it runs. ``at``: sizes for the size
-    symbols, instead of their hints."""
+    the modules it runs. ``at``: sizes for the size symbols, instead of their hints."""
     inputs = sample_like(example_inputs, at)
     if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
         inputs = compiled.with_weights(inputs)

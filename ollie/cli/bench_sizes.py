@@ -146,8 +146,8 @@ CASES = [
              "256", last_token_logits, lambda n: (_randn(1, n, 256, seed=n), _VOCAB.t()),
              tuple(range(100, 112))),
     SizeCase("step_products", "relu(stack([einsum('bd,de->be', x[:, t], w) for t in range(8)], "
-             "1)): one weight "
-             "applied to each of 8 time steps, x: batch × 8 × 256, w: 256²", step_products,
+             "1)): one weight applied to each of 8 time steps, x: batch × 8 × 256, w: 256²",
+             step_products,
              lambda n: (_randn(n, 8, 256, seed=n), _W_STEP),
              (64, 48, 32, 100, 128, 16, 200, 256, 24, 80, 96, 40)),
     SizeCase("bert_seq", "2 BERT layers, d=256, sequence lengths 32 to 512", bert_stack,
