@@ -28,7 +28,7 @@ WORTH_FOLDING = 0.1   # the least share of a graph's contraction work that foldi
 
 def foldable(gm: fx.GraphModule, weights: set[fx.Node]) -> list[fx.Node]:
     """The outermost computations of ``gm`` that read only ``weights`` (and tensors held as
-    attributes), in graph order. Views are not folded on their own (that would copy a
+    attributes or made of literals, of known size), in graph order. Views are not folded on their own (that would copy a
     weight): a view of a folded value stays and reads it. Nor is a computation whose result
     is larger than the weights it reads (an expand made dense, say)."""
     attributes = gm.graph.find_nodes(op="get_attr")
@@ -37,7 +37,8 @@ def foldable(gm: fx.GraphModule, weights: set[fx.Node]) -> list[fx.Node]:
     read.update({n: getattr(gm, n.target).numel() for n in attributes})
     for n in gm.graph.nodes:
         if n.op == "call_function" and n not in constant and _pure(n) and \
-                n.all_input_nodes and all(a in constant for a in n.all_input_nodes):
+                all(a in constant for a in n.all_input_nodes) and \
+                (n.all_input_nodes or _numel(n) >= 0):  # or made of literals (a ``full``)
             constant.add(n)
             read[n] = sum(read[a] for a in n.all_input_nodes)
     return [n for n in gm.graph.nodes if n in constant and n not in weights
@@ -63,17 +64,20 @@ def saves_work(gm: fx.GraphModule, weight_positions: list[int]) -> bool:
 
 
 def fold(gm: fx.GraphModule, weight_positions: list[int]
-         ) -> tuple[fx.GraphModule, fx.GraphModule] | None:
-    """(fold program, graph): the fold program maps the weights at ``weight_positions`` of
-    ``gm``'s inputs to the values of ``foldable`` computations; the graph is ``gm`` reading
-    those values as inputs appended after its own (None when nothing folds). ``gm`` is
-    changed in place into the graph."""
+         ) -> tuple[fx.GraphModule, fx.GraphModule, list[int]] | None:
+    """(fold program, graph, positions): the fold program maps the weights at ``positions``
+    of ``gm``'s inputs (those of ``weight_positions`` it reads: each is checked on every
+    call) to the values of ``foldable`` computations; the graph is ``gm`` reading those
+    values as inputs appended after its own (None when nothing folds). ``gm`` is changed in
+    place into the graph."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     weights = [placeholders[i] for i in weight_positions]
     frontier = [n for n in foldable(gm, set(weights)) if n.op != "get_attr"]
     if not frontier:
         return None
-    program = fold_program(gm, weights, frontier)
+    read = _ancestors(frontier)
+    positions = [i for i in weight_positions if placeholders[i] in read]
+    program = fold_program(gm, [placeholders[i] for i in positions], frontier)
     last = placeholders[-1]
     for i, node in enumerate(frontier):
         with gm.graph.inserting_after(last):
@@ -82,7 +86,7 @@ def fold(gm: fx.GraphModule, weight_positions: list[int]
         node.replace_all_uses_with(last)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    return program, gm
+    return program, gm, positions
 
 
 def with_folded_weights(new, example_inputs, kwargs: dict, report):
@@ -94,11 +98,11 @@ def with_folded_weights(new, example_inputs, kwargs: dict, report):
     split = fold(new, weights) if kwargs.get("is_inference") and weights else None
     if split is None:
         return new, example_inputs, lambda compiled: compiled
-    program, graph = split
+    program, graph, read = split
     placeholders = graph.graph.find_nodes(op="placeholder")
     inputs = list(example_inputs) + [n.meta["val"] for n in placeholders[len(example_inputs):]]
     report.folded = len(placeholders) - len(example_inputs)
-    return graph, inputs, lambda compiled: FoldedWeights(compiled, program, weights)
+    return graph, inputs, lambda compiled: FoldedWeights(compiled, program, read)
 
 
 def fold_program(gm: fx.GraphModule, weights: list[fx.Node], frontier: list[fx.Node]
@@ -108,13 +112,7 @@ def fold_program(gm: fx.GraphModule, weights: list[fx.Node], frontier: list[fx.N
     for w in weights:
         mapping[w] = graph.placeholder(w.name)
         mapping[w].meta = dict(w.meta)
-    wanted = set()
-    stack = list(frontier)
-    while stack:
-        n = stack.pop()
-        if n not in wanted and n not in mapping:
-            wanted.add(n)
-            stack.extend(n.all_input_nodes)
+    wanted = _ancestors(frontier) - set(weights)
     for n in gm.graph.nodes:
         if n in wanted:
             mapping[n] = graph.node_copy(n, mapping.__getitem__)
@@ -159,6 +157,17 @@ class FoldedWeights:
 def _stamp(weights: list) -> list:
     """What changes when a weight's values may have: its version and where its data is."""
     return [(w._version, w.data_ptr()) for w in weights]
+
+
+def _ancestors(nodes: list[fx.Node]) -> set[fx.Node]:
+    """``nodes`` and every node they read, directly or not."""
+    found, stack = set(), list(nodes)
+    while stack:
+        n = stack.pop()
+        if n not in found:
+            found.add(n)
+            stack.extend(n.all_input_nodes)
+    return found
 
 
 def _read_outside(n: fx.Node, constant: set) -> bool:

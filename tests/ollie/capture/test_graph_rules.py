@@ -221,24 +221,25 @@ def test_no_graph_is_read_after_inductor_compiled_it(monkeypatch):
 
 
 def test_a_folded_value_is_computed_again_exactly_when_a_weight_changes():
-    def fn(x, a, b):
-        return (x @ (a @ b),)
-    x, a, b = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5, 2)
-    gm, _ = graph_of(fn, x, a, b)
-    program, graph = folding.fold(gm, [1, 2])
+    def fn(x, a, b, c):
+        return (x @ (a @ b) + c,)
+    x, a, b, c = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5, 2), torch.randn(2)
+    gm, _ = graph_of(fn, x, a, b, c)
+    program, graph, positions = folding.fold(gm, [1, 2, 3])
+    assert positions == [1, 2]  # only the weights the fold reads are checked on each call
     runs = []
     def fold_program(*weights):
         runs.append(1)
         return program(*weights)
-    folded = folding.FoldedWeights(lambda args: graph(*args), fold_program, [1, 2])
+    folded = folding.FoldedWeights(lambda args: graph(*args), fold_program, positions)
     for _ in range(3):
-        torch.testing.assert_close(folded([x, a, b])[0], fn(x, a, b)[0])
+        torch.testing.assert_close(folded([x, a, b, c])[0], fn(x, a, b, c)[0])
     assert len(runs) == 1  # the weights did not change
     with torch.no_grad():
         a.mul_(-2)  # in place: the version counter moves
-    torch.testing.assert_close(folded([x, a, b])[0], fn(x, a, b)[0])
+    torch.testing.assert_close(folded([x, a, b, c])[0], fn(x, a, b, c)[0])
     other = torch.randn(4, 5)  # another tensor of the same shape (another layer's weight)
-    torch.testing.assert_close(folded([x, other, b])[0], fn(x, other, b)[0])
+    torch.testing.assert_close(folded([x, other, b, c])[0], fn(x, other, b, c)[0])
     assert len(runs) == 3
 
 
@@ -296,6 +297,10 @@ def test_an_inference_batch_norm_folds_into_the_convolution_before_it():
     conv = next(n for n in new.graph.nodes if n.target == aten.convolution.default)
     assert [u.target for u in conv.users] == [aten.relu.default]  # nothing left between
     same_outputs(gm, new, args)
+    # the new bias (a zero, minus the mean, …) reads weights alone: all of it folds
+    weights = new.graph.find_nodes(op="placeholder")[1:]
+    bias_and_weight = {a for a in conv.args[1:3]}
+    assert bias_and_weight <= set(folding.foldable(new, set(weights)))
 
 
 def test_a_scale_and_shift_fold_into_a_matmul_but_a_scale_that_reads_its_result_does_not():
