@@ -111,9 +111,10 @@ def _named_in_order(*sides: tuple) -> str:
     return " = ".join(graph_synthesis.to_text(rename(t)) for t in sides)
 
 
-def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
+def apply(graph: fx.Graph, fewer_products: bool = False, fused: bool = False) -> list[str]:
     """Apply each rule where it lowers the cost, once per node per round; a line each.
-    ``fewer_products``: only where it lowers the multiply-adds."""
+    ``fewer_products``: only where it lowers the multiply-adds; ``fused``: Inductor compiles
+    the graph, fusing elementwise work into the kernel that makes its operands."""
     constant = _constants(graph)
     applied, used = [], set()
     for n in list(graph.nodes):
@@ -131,8 +132,8 @@ def apply(graph: fx.Graph, fewer_products: bool = False) -> list[str]:
             terms = [(t, (k,)) for k, t in enumerate(_chain(source))] \
                 if source[0] == "add" else [(source, ())]
             bias = biases.carried(target, binding, terms, binding.get(SCALAR))
-            after, before = nonnegative_pieces(binding, _cost(target, binding, constant),
-                                               _cost(source, binding, constant, n))
+            after, before = nonnegative_pieces(binding, _cost(target, binding, constant, fused),
+                                               _cost(source, binding, constant, fused, n))
             if bias is biases.REFUSED or inner & used or \
                     not _cheaper(after, before, products_only=fewer_products):
                 continue
@@ -359,9 +360,13 @@ def _cheaper(after: tuple, before: tuple, products_only: bool) -> bool:
     return False
 
 
-def _cost(t: tuple, binding: dict, constant: set, root: fx.Node | None = None) -> tuple:
+def _cost(t: tuple, binding: dict, constant: set, fused: bool = False,
+          root: fx.Node | None = None) -> tuple:
     """(multiply-adds, kernels, elements written) of ``t``'s work on every call: numbers, or
-    polynomials in the size symbols. ``root``: the node ``t`` matched (a slice's sizes)."""
+    polynomials in the size symbols. ``fused``: elementwise work on operands made by
+    elementwise ops costs nothing (Inductor computes it in the kernel that makes them: a
+    scale moved off hard-swish's result saves no pass over memory). ``root``: the node ``t``
+    matched (a slice's sizes)."""
     total = [0, 0, 0]
 
     def walk(t) -> tuple[tuple[int, int], bool]:  # (shape, reads only weights)
@@ -390,6 +395,8 @@ def _cost(t: tuple, binding: dict, constant: set, root: fx.Node | None = None) -
         else:
             d = int(t[0][-1])
             out = tuple(a + b if i == d else a for i, (a, b) in enumerate(zip(*shapes)))
+        if fused and _fused(t, binding, constant):
+            return out, fixed
         if not fixed:
             total[0] += shapes[0][0] * shapes[0][1] * out[1] if t[0] in ("mm", CONV) else 0
             total[1] += 1
@@ -398,6 +405,18 @@ def _cost(t: tuple, binding: dict, constant: set, root: fx.Node | None = None) -
 
     walk(t)
     return tuple(total)
+
+
+def _fused(t: tuple, binding: dict, constant: set) -> bool:
+    """Whether ``t`` is elementwise work on operands (weights aside) that elementwise ops
+    make: Inductor computes it in their kernel."""
+    if t[0] not in ARITHMETIC and t[0] != "scale" or any(c[0] != "var" for c in t[1:]):
+        return False
+    made = [b.node if isinstance(b, Piece) else b for b in (binding[c[1]] for c in t[1:])]
+    made = [m for m in made if m not in constant]
+    return bool(made) and all(
+        isinstance(m, fx.Node) and m.op == "call_function" and
+        torch.Tag.pointwise in getattr(m.target, "tags", ()) for m in made)
 
 
 def _constants(graph: fx.Graph) -> set[fx.Node]:

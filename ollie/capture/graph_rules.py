@@ -121,7 +121,8 @@ def substitute(gm: fx.GraphModule, example_inputs, orchestrate: bool = False
         # kernels come after the merges of many contractions (an unrolled RNN's input side
         # merges over time, not step by step with its state side)
         generated = "generated" in ON
-        done = generated_rules.apply(new.graph, fewer_products=True) if generated else []
+        done = generated_rules.apply(new.graph, fewer_products=True, fused=orchestrate) \
+            if generated else []
         new.graph.eliminate_dead_code()  # (what the rules replaced is matched no more)
         done += conv_sums.apply(new.graph) if "summed_convs" in ON else []
         if not done:
@@ -130,7 +131,7 @@ def substitute(gm: fx.GraphModule, example_inputs, orchestrate: bool = False
                 done += tilings.simplify_cats(new.graph, ON) + \
                     tilings.simplify_sums(new.graph, ON)
         if not done and generated:
-            done = generated_rules.apply(new.graph)
+            done = generated_rules.apply(new.graph, fused=orchestrate)
         if not done:
             break
         applied += done

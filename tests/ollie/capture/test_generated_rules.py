@@ -286,6 +286,21 @@ def test_a_scale_moves_to_the_smaller_operand_of_a_product():
     torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
 
 
+def test_under_inductor_a_scale_stays_where_an_elementwise_kernel_computes_it_anyway():
+    def fn(x, w, y, u):  # hard-swish, then a convolution: ``/ 6`` is in hard-swish's kernel
+        h = x * torch.clamp(x + 3, 0, 6)
+        return torch.nn.functional.conv2d(h / 6, w), (y / 3.0) @ u
+    args = (torch.randn(2, 8, 5, 8), torch.randn(8, 8, 1, 1), torch.randn(64, 8),
+            torch.randn(8, 1))
+    gm, fakes = graph_of(fn, *args)
+    _, eager = graph_rules.substitute(gm, fakes)
+    _, inductor = graph_rules.substitute(gm, fakes, orchestrate=True)
+    moved = "generated: conv(F, scale(A)) → conv(scale(F), A)"
+    assert moved in eager and moved not in inductor, (eager, inductor)
+    # a scale of a graph input is a kernel of its own under Inductor too: it still moves
+    assert "generated: mm(scale(X), U) → mm(X, scale(U))" in inductor, inductor
+
+
 def test_a_language_model_head_computes_only_the_last_position_at_every_length():
     class LastToken(torch.nn.Module):
         def __init__(self):
