@@ -15,6 +15,7 @@ A convolution's bias is carried through a rule by ``ollie.capture.biases``.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import sympy
 import torch
@@ -28,6 +29,7 @@ CONV = "conv"  # the binding of a match's convolutions: (kernel size, stride, pa
 CONV_OUT = "conv_out"  # ... and of their batch and output sizes
 
 
+@lru_cache(maxsize=None)  # (asked for every rule at every node: the rules' terms are few)
 def kind(pattern: tuple) -> str:
     """The kind of a rule's term (``matrix``, ``filter``, ``image`` or ``feature``)."""
     return graph_terms.kind(pattern) or "matrix"
