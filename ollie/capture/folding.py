@@ -28,9 +28,10 @@ WORTH_FOLDING = 0.1   # the least share of a graph's contraction work that foldi
 
 def foldable(gm: fx.GraphModule, weights: set[fx.Node]) -> list[fx.Node]:
     """The outermost computations of ``gm`` that read only ``weights`` (and tensors held as
-    attributes or made of literals, of known size), in graph order. Views are not folded on their own (that would copy a
-    weight): a view of a folded value stays and reads it. Nor is a computation whose result
-    is larger than the weights it reads (an expand made dense, say)."""
+    attributes or made of literals, of known size), in graph order. Views are not folded on
+    their own (that would copy a weight): a view of a folded value stays and reads it. Nor
+    is a computation whose result is larger than the weights it reads (an expand made
+    dense, say)."""
     attributes = gm.graph.find_nodes(op="get_attr")
     constant = set(weights) | set(attributes)
     read = {n: _numel(n) for n in weights}  # elements of weights each node reads
