@@ -77,8 +77,7 @@ class OllieBackend:
         self._direct_bounds, self._uncompiled_outside = {}, None
         self._whole_function = self.calls_skipped_directly and \
             eager_or_compiled.whole_user_function(gm)
-        reason = _unsupported(example_inputs)
-        if reason:
+        if reason := _unsupported(example_inputs):
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
         if self.options.inductor:
             stored = self._stored_choice(gm, example_inputs)
@@ -293,11 +292,12 @@ class OllieBackend:
                 return self._within_branch(gm, example_inputs, kwargs, chosen, report, key)
             return self._compile_rewritten(graph, inputs, kwargs, wrap, report) or \
                 compile_fx_inner(gm, example_inputs, **kwargs)
+        graphs = second_compile.uncompiled(gm, graph, wrap)  # (before Inductor edits gm)
         original = compile_fx_inner(gm, example_inputs, **kwargs)
         strides = take_output_strides()  # each compile reports its outputs' strides to AOT
         with real_computation():
             worth_compiling = folds_work or second_compile.can_pay_off(
-                original, example_inputs, report, key, self.options)
+                original, example_inputs, report, key, self.options, graphs)
         if not worth_compiling:
             give_output_strides(strides)
             self._announce(report)

@@ -21,7 +21,7 @@ from backend_helpers import args, compile_with, elementwise
 @pytest.mark.parametrize("saves_s, substitutions, compiles", [
     (0.1e-3, [], False),   # 0.1 ms saved of a ~2 ms graph: under the margin, no second compile
     (0.5e-3, [], True),    # 25 %: worth compiling to find out
-    (0.1e-3, ["shared_lhs: 2 × mm.default → 1"], True),  # a substitution no region measured
+    (0.1e-3, ["affine_into_matmul: add.Tensor folded into mm.default"], True),  # not bounded
 ])
 def test_a_second_compile_runs_only_where_the_regions_gains_could_clear_the_margin(
         saves_s, substitutions, compiles):
@@ -45,6 +45,37 @@ def test_a_second_compile_runs_only_where_the_regions_gains_could_clear_the_marg
     assert second_compile.can_pay_off(original, [torch.ones(2)], report, "k", options) \
         == compiles
     assert ("not compiled" in (report.note or "")) != compiles
+
+
+@pytest.mark.parametrize("rows, compiles", [(1, True), (4096, False)])
+def test_a_merge_is_compiled_only_where_its_contractions_could_save_the_margin(rows, compiles):
+    """Two products of one input merged: timed by the two calls against the one, which
+    save a share of the graph that falls as its elementwise work grows (``rows`` of
+    ``exp`` after the products)."""
+    import time
+
+    from ollie.capture import graph_pass, graph_rules, second_compile
+    from ollie.capture.rewrite import copy_graph
+
+    def graph(x, w1, w2, big):
+        return x @ w1, x @ w2, big.exp()
+
+    x, w1, w2, big = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 64), \
+        torch.randn(rows, 4096)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(graph)(x, w1, w2, big)
+    new, applied = graph_rules.substitute(copy_graph(gm)[0], [x, w1, w2, big])
+    assert applied and all(a.split(":")[0] in second_compile.MERGES for a in applied), applied
+    report = graph_pass.GraphReport("inference graph 1", substitutions=applied)
+
+    def original(args):  # the compiled original: the graph's time
+        start = time.perf_counter()
+        gm(*args)
+        return time.perf_counter() - start
+
+    graphs = second_compile.uncompiled(gm, new, lambda compiled: compiled)
+    options = ollie.Options(cache=False, measure_cap_s=0.2)
+    assert second_compile.can_pay_off(original, [x, w1, w2, big], report, "k", options,
+                                      graphs) == compiles, report.note
 
 
 def test_training_graphs_keep_the_compiled_artifact(monkeypatch):
