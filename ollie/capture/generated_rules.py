@@ -48,7 +48,7 @@ import torch
 import torch.fx as fx
 
 from derivations.synthesis import graph as graph_synthesis
-from ollie.capture import biases, conv_terms
+from ollie.capture import biases, conv_terms, graph_rules, tilings
 from ollie.capture.conv_terms import CONV, CONV_OUT
 from ollie.capture.slice_pieces import (Piece, match_pieces, nonnegative_pieces, operands,
                                         rank, resolve_pieces, shape_of, split_point)
@@ -328,7 +328,8 @@ def _build(graph: fx.Graph, t: tuple, binding: dict, bias: fx.Node | None = None
         return graph.call_function(ARITHMETIC[t[0]], tuple(args))
     if conv_terms.kind(t) != "matrix":
         return conv_terms.build(graph, t[0], args, conv_terms.kind(t), binding, bias)
-    return graph.call_function(aten.cat.default, (args, int(t[0][-1])))
+    cat = graph.call_function(aten.cat.default, (args, int(t[0][-1])))
+    return tilings.simplified_cat(graph, cat, graph_rules.ON) or cat
 
 
 def _item_node(graph: fx.Graph, item) -> fx.Node:

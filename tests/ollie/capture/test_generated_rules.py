@@ -35,6 +35,13 @@ def test_products_of_two_inputs_by_weights_become_one_product_of_concatenations(
     assert applied[0] == MERGE, applied
     assert products(gm) == 2 and products(new) == 1
     torch.testing.assert_close(new(*args), two_linears(*args), rtol=1e-5, atol=1e-5)
+    # the Linears' weights are read transposed: so is their concatenation (transposed_cat),
+    # a transpose of the weights joined side by side, as each product read its own
+    product = next(n for n in new.graph.nodes if n.target in (aten.mm.default,
+                                                               aten.addmm.default))
+    weight = product.args[-1]
+    assert weight.target == aten.permute.default and weight.args[0].target == \
+        aten.cat.default and weight.args[0].args[1] == 1, weight.format_node()
 
 
 def test_without_weights_the_merge_would_cost_a_concatenation_of_them_every_call():
