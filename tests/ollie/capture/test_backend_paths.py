@@ -78,6 +78,34 @@ def test_a_merge_is_compiled_only_where_its_contractions_could_save_the_margin(r
                                       graphs) == compiles, report.note
 
 
+def test_through_the_backend_a_merge_that_cannot_pay_off_is_not_compiled(monkeypatch):
+    """Two Linears of one input merge, but the graph's time is in its elementwise work: the
+    original is compiled, the rewritten graph is not."""
+    import torch._inductor.compile_fx as compile_fx
+
+    class TwoLinears(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+        def forward(self, x, big):
+            return self.a(x), self.b(x), big.exp().sin()
+
+    compiles, real = [], compile_fx.compile_fx_inner
+    monkeypatch.setattr(compile_fx, "compile_fx_inner",
+                        lambda *a, **k: compiles.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    model, x, big = TwoLinears().eval(), torch.randn(2, 32), torch.randn(2048, 2048)
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.1, freeze=False))
+    with torch.no_grad():
+        outs = torch.compile(model, backend=backend)(x, big)
+        for got, want in zip(outs, model(x, big)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    report = backend.reports[-1]
+    assert any(s.startswith("shared_lhs") for s in report.substitutions), report.substitutions
+    assert "not compiled" in (report.note or "") and len(compiles) == 1, (report.note, compiles)
+
+
 def test_training_graphs_keep_the_compiled_artifact(monkeypatch):
     monkeypatch.setattr(measure, "compare", lambda *a, **k: pytest.fail("measured"))
     backend = ollie.OllieBackend(ollie.Options(measure_cap_s=0.05))
