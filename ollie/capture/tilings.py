@@ -9,8 +9,8 @@ A merge of contractions concatenates their operands (``graph_rules``); where tho
 pieces of one tensor, the concatenation is that tensor and copies nothing; where they are
 transposed (a Linear's weights), the merged contraction reads them in the memory order the
 original ones read (on a 2-core CPU, a 16×512 by 512×1024 product ran 7 % faster with its
-weight laid out transposed, as an ``nn.Linear`` keeps it). A running sum
-written as a Python loop over a tensor's rows is one reduction.
+weight laid out transposed, as an ``nn.Linear`` keeps it). A running sum written as a Python
+loop over a tensor's rows is one reduction.
 """
 from __future__ import annotations
 
