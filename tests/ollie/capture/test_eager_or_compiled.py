@@ -288,3 +288,34 @@ def test_only_ollie_optimize_is_said_to_call_an_eager_function_directly(monkeypa
         assert torch.allclose(compiled(a, b), calls_a_helper(a, b))
     (note,) = [n for n in backend.notes if "runs eagerly from now on" in n]
     assert ("ollie.optimize calls it directly" in note) == through_optimize, note
+
+
+def test_a_module_eager_runs_faster_is_called_without_dynamo_at_those_sizes(monkeypatch):
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
+
+    class Block(torch.nn.Module):  # its forward calls a module: Dynamo cannot skip it alone
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    block = Block()
+    m = ollie.optimize(block, measure_cap_s=0.05, cache=False)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        assert torch.allclose(m(x), block(x))
+        assert m.ollie_backend.skipped_functions == 1, m.ollie_backend.notes
+        direct = m.forward
+        m.forward = functools.partial(direct.func, *direct.args[:-1],
+                                      lambda *a: pytest.fail("went through Dynamo"))
+        assert torch.allclose(m(x), block(x))  # the module itself, no Dynamo
+        m.forward = direct
+        other = torch.randn(5, 16)
+        assert torch.allclose(m(other), block(other))  # another size: Dynamo's guards decide
+    assert m.ollie_backend.graphs == 2
+    y = m(x)  # with grad: through Dynamo, compiled for training
+    y.sum().backward()
+    assert y.requires_grad and block.linear.weight.grad is not None
+    assert m.ollie_backend.graphs == 3, m.ollie_backend.notes
