@@ -261,12 +261,14 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
 
 def explain(fn: Callable, *args, **kwargs) -> Explanation:
     """``ollie.explain(f, *args)``: like ``f.explain(*args)``, optimizing ``f`` if needed."""
-    if isinstance(fn, torch._dynamo.eval_frame.OptimizedModule) and \
-            not hasattr(fn, "ollie_backend"):
-        raise TypeError("ollie.explain: this module was compiled by torch.compile, whose "
+    compiled_by_torch = hasattr(fn, "_torchdynamo_orig_callable") and \
+        not isinstance(fn, OptimizedFunction)
+    if compiled_by_torch or (isinstance(fn, torch._dynamo.eval_frame.OptimizedModule) and
+                             not hasattr(fn, "ollie_backend")):
+        kind = "function" if compiled_by_torch else "module"
+        raise TypeError(f"ollie.explain: this {kind} was compiled by torch.compile, whose "
                         "backend keeps no record Ollie can read; compile it with "
-                        "ollie.optimize(model) (the same compile, with a record) and explain "
-                        "that")
+                        "ollie.optimize (the same compile, with a record) and explain that")
     if not isinstance(fn, OptimizedFunction) and not hasattr(fn, "ollie_backend"):
         fn = optimize(fn)
     return fn.explain(*args, **kwargs)

@@ -193,6 +193,13 @@ def test_module_level_explain_accepts_plain_functions():
     assert "region" in text
 
 
+def test_explain_refuses_what_torch_compile_compiled_as_it_keeps_no_record():
+    for compiled in (torch.compile(chain, backend="ollie"),
+                     torch.compile(torch.nn.Linear(4, 4), backend="ollie")):
+        with pytest.raises(TypeError, match="compiled by torch.compile.*ollie.optimize"):
+            ollie.explain(compiled, torch.randn(4, 4))
+
+
 def test_triton_backend_runs_through_the_interpreter_on_cpu(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     f = ollie.optimize(chain, backend="triton", **FAST)
