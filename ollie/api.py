@@ -270,11 +270,15 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
 
 def explain(fn: Callable, *args, **kwargs) -> Explanation:
     """``ollie.explain(f, *args)``: like ``f.explain(*args)``, optimizing ``f`` if needed."""
-    compiled_by_torch = hasattr(fn, "_torchdynamo_orig_callable") and \
-        not isinstance(fn, OptimizedFunction)
-    if compiled_by_torch or (isinstance(fn, torch._dynamo.eval_frame.OptimizedModule) and
-                             not hasattr(fn, "ollie_backend")):
-        kind = "function" if compiled_by_torch else "module"
+    if isinstance(fn, torch.nn.Module):
+        kind = "module"
+        by_torch = isinstance(fn, torch._dynamo.eval_frame.OptimizedModule) and \
+            not hasattr(fn, "ollie_backend")
+    else:
+        kind = "function"
+        by_torch = hasattr(fn, "_torchdynamo_orig_callable") and \
+            not isinstance(fn, OptimizedFunction)
+    if by_torch:
         raise TypeError(f"ollie.explain: this {kind} was compiled by torch.compile, whose "
                         "backend keeps no record Ollie can read; compile it with "
                         "ollie.optimize (the same compile, with a record) and explain that")

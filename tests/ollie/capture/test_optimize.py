@@ -198,6 +198,8 @@ def test_explain_refuses_what_torch_compile_compiled_as_it_keeps_no_record():
                      torch.compile(torch.nn.Linear(4, 4), backend="ollie")):
         with pytest.raises(TypeError, match="compiled by torch.compile.*ollie.optimize"):
             ollie.explain(compiled, torch.randn(4, 4))
+    assert "graph 1" in str(ollie.explain(ollie.optimize(torch.nn.Linear(4, 4)),
+                                          torch.randn(4, 4)))
 
 
 def test_triton_backend_runs_through_the_interpreter_on_cpu(monkeypatch):
