@@ -208,7 +208,9 @@ class OptimizedModule(torch._dynamo.eval_frame.OptimizedModule):
     go to the module itself before torch's wrapper (its context and a second
     ``Module.__call__``: ~17 µs a call on a 2-core CPU)."""
 
-    ollie_eager_won = None  # (declared here, so that it is set on this module, not the inner)
+    # declared on the class, so that setting them (``_optimize_module``) lands on this
+    # wrapper: torch's wrapper sets any other attribute on the user's module
+    ollie_eager_won = ollie_backend = explain = None
 
     def __call__(self, *args, **kwargs):
         eager_won = self.ollie_eager_won
@@ -273,7 +275,7 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     if isinstance(fn, torch.nn.Module):
         kind = "module"
         by_torch = isinstance(fn, torch._dynamo.eval_frame.OptimizedModule) and \
-            not hasattr(fn, "ollie_backend")
+            not isinstance(fn, OptimizedModule)
     else:
         kind = "function"
         by_torch = hasattr(fn, "_torchdynamo_orig_callable") and \
@@ -282,7 +284,7 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
         raise TypeError(f"ollie.explain: this {kind} was compiled by torch.compile, whose "
                         "backend keeps no record Ollie can read; compile it with "
                         "ollie.optimize (the same compile, with a record) and explain that")
-    if not isinstance(fn, OptimizedFunction) and not hasattr(fn, "ollie_backend"):
+    if not isinstance(fn, (OptimizedFunction, OptimizedModule)):
         fn = optimize(fn)
     return fn.explain(*args, **kwargs)
 

@@ -202,6 +202,17 @@ def test_explain_refuses_what_torch_compile_compiled_as_it_keeps_no_record():
                                           torch.randn(4, 4)))
 
 
+def test_optimizing_a_module_leaves_its_own_attributes_alone():
+    class Scorer(torch.nn.Linear):
+        def explain(self):  # a method of the user's, named like Ollie's
+            return "the user's"
+    module, twin = Scorer(4, 4), Scorer(4, 4)
+    torch.compile(twin, backend="eager")(torch.randn(4, 4))  # what torch.compile itself sets
+    optimized = ollie.optimize(module)
+    assert "graph 1" in str(optimized.explain(torch.randn(4, 4)))
+    assert set(vars(module)) == set(vars(twin)) and module.explain() == "the user's"
+
+
 def test_triton_backend_runs_through_the_interpreter_on_cpu(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     f = ollie.optimize(chain, backend="triton", **FAST)
