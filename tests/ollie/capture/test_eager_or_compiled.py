@@ -163,19 +163,20 @@ def test_sizes_where_eager_won_a_symbolic_graph_are_called_directly(monkeypatch)
     assert f.backend.graphs > 2
 
 
+class LinearReLU(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.linear(x).relu()
+
+
 def test_a_function_calling_others_runs_eagerly_without_its_callees_compiled(monkeypatch):
     # skipped by Dynamo, its callees would each be intercepted and compiled again
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
 
-    class Block(torch.nn.Module):  # its forward is user code: Dynamo intercepts it
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(16, 16)
-
-        def forward(self, x):
-            return self.linear(x).relu()
-
-    inner = Block()
+    inner = LinearReLU()  # its forward is user code: Dynamo intercepts it
 
     def outer(x):
         return inner(x).sum(0)
@@ -293,15 +294,7 @@ def test_only_ollie_optimize_is_said_to_call_an_eager_function_directly(monkeypa
 def test_a_module_eager_runs_faster_is_called_without_dynamo_at_those_sizes(monkeypatch):
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-3, 1e-3))
 
-    class Block(torch.nn.Module):  # its forward calls a module: Dynamo cannot skip it alone
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(16, 16)
-
-        def forward(self, x):
-            return self.linear(x).relu()
-
-    block = Block()
+    block = LinearReLU()  # its forward calls a module: Dynamo cannot skip it alone
     m = ollie.optimize(block, measure_cap_s=0.05, cache=False)
     x = torch.randn(8, 16)
     with torch.no_grad():
