@@ -44,13 +44,14 @@ from ir import ops
 from ir.nodes import Tensor
 
 from derivations.synthesis.graph_terms import (BINARY, CONVOLUTION, MATRICES, UNARY, VARS,
-                                               GraphRule, canonical, operators, parse, shape,
+                                               GraphRule, canonical, kind, operators, parse, shape,
                                                size, to_text, typing, variables)
 from derivations.synthesis.verify import compare_exact
 
 __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
            "proof_sizes", "consistent", "proven", "typing", "GraphSynthesis", "render",
-           "parse_rule", "loaded_rules", "untransposed", "GRAPH_PATH"]
+           "parse_rule", "loaded_rules", "untransposed", "composed", "regroups", "contractions",
+           "GRAPH_PATH"]
 
 FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7, "o": 2, "c": 3, "q": 5, "d": 7}
 FINGERPRINT_SCALE = 7
@@ -346,3 +347,79 @@ def untransposed(rule: GraphRule) -> GraphRule | None:
 
     dims = tuple((v, d[::-1] if v in swapped else d) for v, d in rule.dims.items())
     return GraphRule(drop(rule.lhs), drop(rule.rhs), tuple(sorted(dims)))
+
+
+# -- two steps -----------------------------------------------------------------------------------
+# A rule applied where it costs less never takes a step that costs more alone: reassociating
+# ``(x @ A) @ B`` to ``x @ (A @ B)`` adds work unless a second rule then absorbs ``A @ B``
+# (``x @ W + x @ (A @ B) = x @ (W + A @ B)``: a low-rank adapter merged into its weight).
+# Composing the two gives one rule whose cost is judged as a whole. Each composition is a
+# chain of two proven equalities, so it is proven too (the tests verify them all anyway).
+POOLS = {"matrix": "XYZWUV", "filter": "FGH", "image": "ABC"}
+
+
+def contractions(t: tuple) -> int:
+    return 0 if t[0] == "var" else (t[0] in ("mm", "conv")) + sum(contractions(c)
+                                                                 for c in t[1:])
+
+
+def regroups(source: tuple, target: tuple) -> bool:
+    """Whether ``source → target`` keeps its contractions but contracts operands together
+    that ``source`` did not (``mm(mm(X, U), V) → mm(X, mm(U, V))`` pairs U with V)."""
+    def pairs(t: tuple) -> set[frozenset]:
+        if t[0] == "var":
+            return set()
+        leaves = all(c[0] == "var" or c[0] == "T" and c[1][0] == "var" for c in t[1:])
+        here = {frozenset(variables(t))} if t[0] in ("mm", "conv") and leaves else set()
+        return here.union(*(pairs(c) for c in t[1:]))
+    return contractions(source) == contractions(target) and bool(pairs(target) - pairs(source))
+
+
+def composed(first: tuple[tuple, tuple], then: tuple[tuple, tuple]) -> list[GraphRule]:
+    """The rules ``then``'s source, with a subterm that ``first``'s target is an instance of
+    written as ``first``'s source, = ``then``'s target: one for each such subterm."""
+    (s1, t1), (s2, t2) = first, then
+    names = {}
+    for v in sorted(variables(s1)):
+        free = [n for n in POOLS[kind(("var", v))] if n not in variables(s2) and
+                n not in names.values()]
+        if not free:
+            return []
+        names[v] = free[0]
+    s1, t1 = _renamed(s1, names), _renamed(t1, names)
+    out = []
+    for path, sub in _subterms(s2):
+        binding: dict = {}
+        if not path or not _match(sub, t1, binding):
+            continue
+        lhs = _replaced(_substituted(s2, binding), path, s1)
+        rule = GraphRule(lhs, _substituted(t2, binding))
+        if variables(rule.rhs) <= variables(lhs):
+            sizes = typing(rule)
+            if shape(lhs, sizes) is not None and shape(rule.rhs, sizes) is not None:
+                out.append(GraphRule(lhs, rule.rhs, tuple(sorted(sizes.items()))))
+    return out
+
+
+def _renamed(t: tuple, names: dict) -> tuple:
+    return ("var", names[t[1]]) if t[0] == "var" else (t[0], *(_renamed(c, names)
+                                                              for c in t[1:]))
+
+
+def _substituted(t: tuple, binding: dict) -> tuple:
+    return binding.get(t[1], t) if t[0] == "var" else (t[0], *(_substituted(c, binding)
+                                                                for c in t[1:]))
+
+
+def _subterms(t: tuple, path: tuple = ()):
+    if t[0] != "var":
+        yield path, t
+        for i, c in enumerate(t[1:], 1):
+            yield from _subterms(c, path + (i,))
+
+
+def _replaced(t: tuple, path: tuple, new: tuple) -> tuple:
+    if not path:
+        return new
+    i = path[0]
+    return (*t[:i], _replaced(t[i], path[1:], new), *t[i + 1:])

@@ -39,13 +39,20 @@ def fold_affine(graph: fx.Graph, on: set) -> list[str]:
         step = _step(n)
         if step is None or CONTRACTIONS[step[0].target] not in on:
             continue
-        y, factor = step
+        y, factor, view = step
         with graph.inserting_before(y):
             folded = _folded(graph, n.target, y, factor)
-        folded.meta = dict(n.meta)  # the same value, so the next step of a chain matches
-        n.replace_all_uses_with(folded)
-        graph.erase_node(n)
-        graph.erase_node(y)
+        # the value it replaces, so that the next step of a chain matches
+        folded.meta = dict(n.meta if view is None else y.meta)
+        result = folded
+        if view is not None:
+            with graph.inserting_before(n):
+                result = graph.call_function(view.target, (folded, *view.args[1:]))
+            result.meta = dict(n.meta)
+        n.replace_all_uses_with(result)
+        for old in (n, view, y):
+            if old is not None:
+                graph.erase_node(old)
         applied.append(f"{CONTRACTIONS[y.target]}: {n.target.__name__} folded into "
                        f"{y.target.__name__}")
     return applied
@@ -84,28 +91,61 @@ def _written_step(n: fx.Node, op, args: tuple) -> fx.Node:
     return step
 
 
-def _step(n: fx.Node) -> tuple[fx.Node, object] | None:
-    """(contraction, factor) where ``n`` scales or shifts a contraction's result (its only
-    use) by a factor per output channel that does not read that result."""
+def _step(n: fx.Node) -> tuple[fx.Node, object, fx.Node | None] | None:
+    """(contraction, factor, view) where ``n`` scales or shifts a contraction's result (its
+    only use) by a factor per output channel that does not read that result; ``view``: the
+    view of a matrix product's result that ``n`` reads, keeping its columns last (a linear
+    layer on a batch of sequences), else None."""
     from ollie.capture.graph_rules import _depends_on, _hoist
     if n.op != "call_function" or n.kwargs or (n.target not in SCALES and
                                                 n.target not in SHIFTS):
         return None
     orders = [n.args, n.args[::-1]] if n.target in COMMUTATIVE else [n.args]
     for y, factor in orders:
+        view = _columns_view(y)
+        if view is not None:
+            y = view.args[0]
+            if not _per_column(factor, view.meta["val"]):
+                continue
         if not (isinstance(y, fx.Node) and y.op == "call_function" and
                 y.target in CONTRACTIONS and len(y.users) == 1 and "val" in y.meta):
             continue
         if y.kwargs or y.target == aten.convolution.default and y.args[6]:
             continue  # addmm's own scalings; a transposed convolution's weight layout
-        if not _per_channel(factor, y.meta["val"]):
+        if view is None and not _per_channel(factor, y.meta["val"]):
             continue
         if isinstance(factor, fx.Node):
             if factor is y or _depends_on(factor, y) or _product(factor):
                 continue
             _hoist(y.graph, factor, y)
-        return y, factor
+        return y, factor, view
     return None
+
+
+def _per_column(factor, out: torch.Tensor) -> bool:
+    """A scalar, or a tensor of ``out``'s dtype whose broadcast shape is 1 everywhere but at
+    the last dim, ``out``'s columns."""
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+        return out.is_floating_point()
+    val = factor.meta.get("val") if isinstance(factor, fx.Node) else None
+    return isinstance(val, torch.Tensor) and out.is_floating_point() and \
+        val.dtype == out.dtype and 1 <= val.dim() <= out.dim() and \
+        all(s == 1 for s in val.shape[:-1]) and val.shape[-1] in (1, out.shape[-1])
+
+
+def _columns_view(y) -> fx.Node | None:
+    """``y`` where it is the only use of a matrix product's result, viewed with its columns
+    kept last; else None."""
+    from ollie.capture.generated_rules import VIEWS
+    if not (isinstance(y, fx.Node) and y.op == "call_function" and y.target in VIEWS and
+            len(y.users) == 1 and "val" in y.meta):
+        return None
+    m, columns = y.args[0], y.meta["val"].shape[-1]
+    if not (isinstance(m, fx.Node) and m.target in (aten.mm.default, aten.addmm.default) and
+            len(m.users) == 1 and "val" in m.meta and isinstance(columns, int) and
+            m.meta["val"].shape[-1] == columns and not y.kwargs):
+        return None  # (a size symbol is not compared: that would specialise the graph)
+    return y
 
 
 def _product(factor: fx.Node) -> bool:

@@ -125,8 +125,9 @@ def substitute(gm: fx.GraphModule, example_inputs, orchestrate: bool = False
             if generated else []
         new.graph.eliminate_dead_code()  # (what the rules replaced is matched no more)
         done += conv_sums.apply(new.graph) if "summed_convs" in ON else []
-        if not done:
-            done = affine_fold.fold_affine(new.graph, ON) + _merge_round(new.graph, symbolic)
+        if not done:  # folds first: what they leave may save products by a generated rule
+            # in the next round (``x@W - (x@A)@B / 4``), which merging ``x@W, x@A`` would hide
+            done = affine_fold.fold_affine(new.graph, ON) or _merge_round(new.graph, symbolic)
             if not symbolic:  # (tilings compare the sizes of pieces)
                 done += tilings.simplify_cats(new.graph, ON) + \
                     tilings.simplify_sums(new.graph, ON)

@@ -4,6 +4,7 @@ import pytest
 
 from derivations.rules import graph_generated
 from derivations.synthesis import graph
+from derivations.synthesis.graph_terms import size
 from ir.interpreter import evaluate
 
 
@@ -197,3 +198,27 @@ def test_rules_that_read_an_operand_only_transposed_have_an_instance_without_the
     for r in graph.loaded_rules():
         instance = graph.untransposed(r)
         assert instance is None or graph.verify(instance) == "", str(instance)
+
+
+def test_a_regrouping_then_a_merge_compose_into_one_proven_rule():
+    regroup = graph.untransposed(graph.parse_rule("mm(mm(X, U), T(V)) = mm(X, mm(U, T(V)))",
+                                                  "U: a b, V: c b, X: e a"))
+    merge = graph.parse_rule("add(mm(X, U), mm(X, W)) = mm(X, add(U, W))",
+                             "U: a b, W: a b, X: e a")
+    assert graph.regroups(regroup.lhs, regroup.rhs) and not graph.regroups(merge.lhs, merge.rhs)
+    rules = graph.composed((regroup.lhs, regroup.rhs), (merge.lhs, merge.rhs))
+    # either product of the merge is the regrouping's result: (x @ A) @ B + x @ W
+    assert [str(r) for r in rules] == [
+        "add(mm(mm(V, Y), Z), mm(V, W)) = mm(V, add(mm(Y, Z), W))",
+        "add(mm(V, U), mm(mm(V, Y), Z)) = mm(V, add(U, mm(Y, Z)))"]
+    assert rules[0].dims == {"V": ("a", "b"), "W": ("b", "d"), "Y": ("b", "f"),
+                             "Z": ("f", "d")}  # the rank f is a size of its own
+    assert all(graph.verify(r) == "" for r in rules)
+
+
+def test_the_composed_rules_the_matcher_loads_are_proven():
+    from ollie.capture import generated_rules
+    composed = [r for _, _, r in generated_rules._directions() if size(r.lhs) > 3]
+    assert len(composed) >= 8
+    for r in composed[::len(composed) // 8]:  # (a proof takes about a second: eight of them)
+        assert graph.verify(r) == "", str(r)

@@ -372,3 +372,43 @@ def test_convolution_rules_merge_summed_branches_on_weights():
     assert applied == ["generated: add(conv(F, A), conv(G, B)) → conv(cat1(F, G), cat0(A, B))"]
     assert count(gm, aten.convolution.default) == 1
     torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-4, atol=1e-4)
+
+
+def low_rank_adapted(x, w, b, a, bb):  # peft's spelling, on a batch of sequences
+    return F.linear(x, w, b) + F.linear(F.linear(x, a), bb) * 2.0
+
+
+def products_of_input(gm) -> int:
+    """How many products read the first input (through views: a batch of rows)."""
+    x = next(iter(gm.graph.find_nodes(op="placeholder")))
+    count = 0
+    for n in gm.graph.nodes:
+        if n.target in (aten.mm.default, aten.addmm.default):
+            lhs = n.args[-2]
+            while lhs is not x and lhs.target in generated_rules.VIEWS:
+                lhs = lhs.args[0]
+            count += lhs is x
+    return count
+
+
+def test_a_low_rank_adapter_merges_into_its_weight_in_two_steps_judged_as_one():
+    # (x Aᵀ) Bᵀ → x (Aᵀ Bᵀ) alone costs more; with x Wᵀ beside it the two are one product
+    torch.manual_seed(0)
+    args = (torch.randn(2, 16, 32), torch.randn(48, 32), torch.randn(48), torch.randn(4, 32),
+            torch.randn(48, 4))
+    gm, fakes = graph_of(low_rank_adapted, *args)
+    generated_rules.mark_weights(gm, [1, 2, 3, 4])
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert "affine_into_matmul: mul.Tensor folded into mm.default" in applied, applied
+    assert any(a.startswith("generated: add(mm(mm(") for a in applied), applied
+    assert products_of_input(gm) == 2 and products_of_input(new) == 1
+    torch.testing.assert_close(new(*args), low_rank_adapted(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_without_weights_a_few_rows_keep_the_adapter_apart():
+    torch.manual_seed(0)  # 4 rows: the product of the adapter's weights costs more per call
+    args = (torch.randn(4, 32), torch.randn(32, 32), torch.randn(32), torch.randn(4, 32),
+            torch.randn(32, 4))
+    gm, fakes = graph_of(low_rank_adapted, *args)
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert not any(a.startswith("generated: add(mm(mm(") for a in applied), applied
