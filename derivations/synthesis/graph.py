@@ -50,7 +50,7 @@ from derivations.synthesis.verify import compare_exact
 
 __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
            "proof_sizes", "consistent", "proven", "typing", "GraphSynthesis", "render",
-           "parse_rule", "loaded_rules", "untransposed", "composed", "regroups", "contractions",
+           "parse_rule", "loaded_rules", "untransposed", "composed", "regroups", "contractions", "most_general",
            "GRAPH_PATH"]
 
 FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7, "o": 2, "c": 3, "q": 5, "d": 7}
@@ -373,6 +373,15 @@ def regroups(source: tuple, target: tuple) -> bool:
         here = {frozenset(variables(t))} if t[0] in ("mm", "conv") and leaves else set()
         return here.union(*(pairs(c) for c in t[1:]))
     return contractions(source) == contractions(target) and bool(pairs(target) - pairs(source))
+
+
+def most_general(rule: GraphRule) -> bool:
+    """Whether ``rule`` is proven for its most general operand sizes (``typing``), up to the
+    names of the size symbols."""
+    def pattern(dims: dict) -> list[int]:
+        seen: dict[str, int] = {}
+        return [seen.setdefault(s, len(seen)) for v in sorted(dims) for s in dims[v]]
+    return pattern(rule.dims) == pattern(typing(rule))
 
 
 def composed(first: tuple[tuple, tuple], then: tuple[tuple, tuple]) -> list[GraphRule]:

@@ -48,7 +48,7 @@ import torch
 import torch.fx as fx
 
 from derivations.synthesis import graph as graph_synthesis
-from derivations.synthesis.graph_terms import canonical, typing
+from derivations.synthesis.graph_terms import canonical
 from ollie.capture import biases, conv_terms, graph_rules, tilings
 from ollie.capture.conv_terms import CONV, CONV_OUT
 from ollie.capture.slice_pieces import (Piece, match_pieces, nonnegative_pieces, operands,
@@ -96,7 +96,7 @@ def _two_steps(single: list, seen: set) -> list[tuple[tuple, tuple, graph_synthe
     """A regrouping that costs more alone, then a rule that saves a contraction, as one rule
     (``graph_synthesis.composed``): ``x @ W + (x @ A) @ B = x @ (W + A @ B)``. Only rules
     proven for their most general sizes compose (so the composition's are sound)."""
-    general = [(s, t, r) for s, t, r in single if r.dims == typing(r) and not
+    general = [(s, t, r) for s, t, r in single if graph_synthesis.most_general(r) and not
                (graph_synthesis.operators(s) | graph_synthesis.operators(t)) & set(SLICES)]
     saving = [(s, t) for s, t, _ in general
               if graph_synthesis.contractions(t) < graph_synthesis.contractions(s)]

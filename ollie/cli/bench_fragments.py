@@ -254,6 +254,35 @@ class WeightChain(nn.Module):
         return torch.tanh(x @ self.w[0] @ self.w[1] @ self.w[2])
 
 
+class LoRALinear(nn.Module):
+    """A linear layer with a low-rank adapter, peft's spelling on a batch of sequences:
+    ``base(x) + lora_B(lora_A(x)) * scaling``; in inference the adapter merges into the
+    base weight (a regrouping and a shared-operand rule, judged as one)."""
+
+    def __init__(self, d=256, rank=16):
+        super().__init__()
+        self.base = nn.Linear(d, d)
+        self.lora_a = nn.Linear(d, rank, bias=False)
+        self.lora_b = nn.Linear(rank, d, bias=False)
+        self.scaling = 2.0
+
+    def forward(self, x):
+        return self.base(x) + self.lora_b(self.lora_a(x)) * self.scaling
+
+
+class LowRankCorrection(nn.Module):
+    """A weight minus a low-rank correction, spelled as matmuls: ``x @ W - (x @ U) @ V``."""
+
+    def __init__(self, d=256, rank=8):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d) / d ** 0.5)
+        self.u = nn.Parameter(torch.randn(d, rank) / d ** 0.5)
+        self.v = nn.Parameter(torch.randn(rank, d) / rank ** 0.5)
+
+    def forward(self, x):
+        return torch.relu(x @ self.w - x @ self.u @ self.v)
+
+
 class RowColumnSums(nn.Module):
     """A costly elementwise value summed over rows and over columns: Inductor computes it
     again in each sum; Korch's program writes it once (``orchestrate``)."""

@@ -22,8 +22,8 @@ from ollie.cli.bench_fragments import (
     QKVLinears, GateProducts, Inception1x1, ConvBranches, ConvDifference, ConvLayersDifference,
     RepVGGBlock, SlicesOneWeight, SplitOneWeight, GroupConvLoop, GroupConvSlices, GroupLinears,
     GroupMatmulSlices, TimeMajorRNN, LSTMCellLinears, ElmanCellMatmuls, LinearLayersDifference,
-    ParallelLinears, ParallelMatmuls, WeightChain, RowColumnSums, DoublyNormalised,
-    LastPositionsLogits, FirstOutputs)
+    ParallelLinears, ParallelMatmuls, WeightChain, LoRALinear, LowRankCorrection, RowColumnSums,
+    DoublyNormalised, LastPositionsLogits, FirstOutputs)
 from ollie.cli.bench_suite import Case, _inputs
 
 
@@ -262,6 +262,10 @@ CASES = [
          _model(ParallelMatmuls, 128, 256)),
     Case("weight_chain", "x @ A @ B @ C (parameters), d=256, batch 16",
          _model(WeightChain, 16, 256)),
+    Case("lora_linear", "Linear(256, 256) plus a rank-16 adapter (peft's spelling), 4×64×256",
+         _model(LoRALinear, 4, 64, 256)),
+    Case("low_rank_correction", "x @ W - x @ U @ V (parameters, rank 8), d=256, batch 256",
+         _model(LowRankCorrection, 256, 256)),
     Case("inception_1x1", "four 1×1 convolutions of one input, 1×32×16×16",
          _model(Inception1x1, 1, 32, 16, 16)),
     Case("conv_branches", "relu(conv3x3_a(x) + conv3x3_b(x)), 1×64×28×28",
