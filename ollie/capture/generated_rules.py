@@ -10,7 +10,11 @@ What reads only weights costs nothing (it is folded once, ``ollie.capture.foldin
 views cost nothing. So ``x @ W1 + h @ W2`` becomes ``cat(x, h; 1) @ cat(W1, W2; 0)`` in an
 inference graph whose W1, W2 are weights (two products and a sum become a concatenation and
 one product), and stays as it is in training, where the weights' concatenation would be paid
-on every call; ``x @ W1 + x @ W2`` becomes ``x @ (W1 + W2)`` in both.
+on every call; ``x @ W1 + x @ W2`` becomes ``x @ (W1 + W2)`` in both. A rule applied alone
+never takes a step that costs more, so a regrouping is also composed with each rule that
+then saves a contraction (``graph_synthesis.composed``), and the pair is judged as one: a
+low-rank adapter ``x @ W + (x @ A) @ B`` becomes ``x @ (W + A @ B)``, the weights' product
+folded.
 
 The matcher reads ATen as the rules' operators: ``aten.mm``; ``aten.add.Tensor``,
 ``aten.sub.Tensor`` (without ``alpha``) and ``aten.mul.Tensor`` of two tensors; ``scale`` as

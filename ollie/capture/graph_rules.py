@@ -73,7 +73,8 @@ RULES = [
     Rule("affine_into_matmul", "(A@B)·s + t = addmm(t, A, B·s)  (s, t per column)", "fold"),
     Rule("generated", "each rule of derivations/rules/graph_generated.py (found and proven by "
          "``ollie rules synthesize --graph``), in the direction that costs less: x@W1 + h@W2 = "
-         "cat(x, h; 1) @ cat(W1, W2; 0) where W1, W2 are weights  (``generated_rules``)",
+         "cat(x, h; 1) @ cat(W1, W2; 0) where W1, W2 are weights; and two of them composed, "
+         "the first costing more alone: x@W + (x@A)@B = x@(W + A@B)  (``generated_rules``)",
          "generated"),
     Rule("orchestrate", "which elementwise values are written to memory and which computed "
          "again in each kernel that reads them: Korch's binary program over candidate kernels, "
