@@ -50,8 +50,8 @@ from derivations.synthesis.verify import compare_exact
 
 __all__ = ["VARS", "GraphRule", "parse", "to_text", "shape", "synthesize", "verify",
            "proof_sizes", "consistent", "proven", "typing", "GraphSynthesis", "render",
-           "parse_rule", "loaded_rules", "untransposed", "composed", "regroups", "contractions", "most_general",
-           "GRAPH_PATH"]
+           "parse_rule", "loaded_rules", "untransposed", "two_steps", "composed", "regroups",
+           "contractions", "most_general", "GRAPH_PATH"]
 
 FINGERPRINT_SIZES = {"m": 2, "k": 3, "n": 5, "p": 7, "o": 2, "c": 3, "q": 5, "d": 7}
 FINGERPRINT_SCALE = 7
@@ -354,7 +354,7 @@ def untransposed(rule: GraphRule) -> GraphRule | None:
 # ``(x @ A) @ B`` to ``x @ (A @ B)`` adds work unless a second rule then absorbs ``A @ B``
 # (``x @ W + x @ (A @ B) = x @ (W + A @ B)``: a low-rank adapter merged into its weight).
 # Composing the two gives one rule whose cost is judged as a whole. Each composition is a
-# chain of two proven equalities, so it is proven too (the tests verify them all anyway).
+# chain of two proven equalities, so it is proven too (the tests verify a sample).
 POOLS = {"matrix": "XYZWUV", "filter": "FGH", "image": "ABC"}
 
 
@@ -382,6 +382,18 @@ def most_general(rule: GraphRule) -> bool:
         seen: dict[str, int] = {}
         return [seen.setdefault(s, len(seen)) for v in sorted(dims) for s in dims[v]]
     return pattern(rule.dims) == pattern(typing(rule))
+
+
+def two_steps(directions: list[tuple[tuple, tuple, GraphRule]]) -> list[GraphRule]:
+    """Every regrouping among ``directions`` (source, target, rule) composed with every one
+    that saves a contraction. Only rules proven at their most general sizes compose (so the
+    compositions are sound); slices stay at a source's root, so no rule with one composes."""
+    slices = {"head0", "tail0", "head1", "tail1"}
+    general = [(s, t) for s, t, r in directions if most_general(r) and not
+               (operators(s) | operators(t)) & slices]
+    saving = [(s, t) for s, t in general if contractions(t) < contractions(s)]
+    return [r for s, t in general if regroups(s, t)
+            for then in saving for r in composed((s, t), then)]
 
 
 def composed(first: tuple[tuple, tuple], then: tuple[tuple, tuple]) -> list[GraphRule]:

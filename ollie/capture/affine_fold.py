@@ -6,8 +6,10 @@ and ``affine_into_matmul`` of ``ollie.capture.graph_rules.RULES``):
     (A @ B) · s       = A @ (B·s)                s per column; addmm's bias scaled too
     (A @ B) + t       = addmm(t, A, B)           t per column
 
-A multiply-add spelled ``torch.addcmul(t, A @ B, s)`` (or ``addcdiv``) is first written out
-as its steps. An inference batch norm, which AOTAutograd writes as a subtraction of the
+A matrix product viewed with its columns kept last (a linear layer on a batch of sequences,
+flattened, multiplied and viewed back) folds alike, a factor per column or a scalar, and is
+viewed back after. A multiply-add spelled ``torch.addcmul(t, A @ B, s)`` (or ``addcdiv``) is
+first written out as its steps. An inference batch norm, which AOTAutograd writes as a subtraction of the
 running mean, two multiplications (inverse deviation, weight) and a shift, folds away one
 step at a time. What the contraction's operands then compute reads weights alone, and in a
 graph without grad it is folded once (``ollie.capture.folding``). A factor computed from the

@@ -93,27 +93,13 @@ def _directions() -> list[tuple[tuple, tuple, graph_synthesis.GraphRule]]:
             for source, target in ((r.lhs, r.rhs), (r.rhs, r.lhs)):
                 if source[0] != "var" and _builds(source, target):
                     out.append((source, target, r))
-    return out + _two_steps(out, seen)
-
-
-def _two_steps(single: list, seen: set) -> list[tuple[tuple, tuple, graph_synthesis.GraphRule]]:
-    """A regrouping that costs more alone, then a rule that saves a contraction, as one rule
-    (``graph_synthesis.composed``): ``x @ W + (x @ A) @ B = x @ (W + A @ B)``. Only rules
-    proven for their most general sizes compose (so the composition's are sound)."""
-    general = [(s, t, r) for s, t, r in single if graph_synthesis.most_general(r) and not
-               (graph_synthesis.operators(s) | graph_synthesis.operators(t)) & set(SLICES)]
-    saving = [(s, t) for s, t, _ in general
-              if graph_synthesis.contractions(t) < graph_synthesis.contractions(s)]
-    out = []
-    for s1, t1, _ in general:
-        if not graph_synthesis.regroups(s1, t1):
-            continue
-        for then in saving:
-            for r in graph_synthesis.composed((s1, t1), then):
-                key = _named_in_order(canonical(r.lhs), r.rhs)
-                if key not in seen and _builds(r.lhs, r.rhs):
-                    seen.add(key)
-                    out.append((r.lhs, r.rhs, r))
+    # a regrouping that costs more alone and a rule that then saves a contraction, as one
+    # rule (``x @ W + (x @ A) @ B = x @ (W + A @ B)``), judged as a whole
+    for r in graph_synthesis.two_steps(out):
+        key = _named_in_order(canonical(r.lhs), r.rhs)
+        if key not in seen and _builds(r.lhs, r.rhs):
+            seen.add(key)
+            out.append((r.lhs, r.rhs, r))
     return out
 
 
