@@ -407,7 +407,8 @@ def composed(first: tuple[tuple, tuple], then: tuple[tuple, tuple]) -> list[Grap
         if not free:
             return []
         names[v] = free[0]
-    s1, t1 = _renamed(s1, names), _renamed(t1, names)
+    renamed = {v: ("var", n) for v, n in names.items()}
+    s1, t1 = _substituted(s1, renamed), _substituted(t1, renamed)
     out = []
     for path, sub in _subterms(s2):
         binding: dict = {}
@@ -420,11 +421,6 @@ def composed(first: tuple[tuple, tuple], then: tuple[tuple, tuple]) -> list[Grap
             if shape(lhs, sizes) is not None and shape(rule.rhs, sizes) is not None:
                 out.append(GraphRule(lhs, rule.rhs, tuple(sorted(sizes.items()))))
     return out
-
-
-def _renamed(t: tuple, names: dict) -> tuple:
-    return ("var", names[t[1]]) if t[0] == "var" else (t[0], *(_renamed(c, names)
-                                                              for c in t[1:]))
 
 
 def _substituted(t: tuple, binding: dict) -> tuple:

@@ -107,7 +107,7 @@ def _step(n: fx.Node) -> tuple[fx.Node, object, fx.Node | None] | None:
         view = _columns_view(y)
         if view is not None:
             y = view.args[0]
-            if not _per_column(factor, view.meta["val"]):
+            if not _per_channel(factor, view.meta["val"], channel=-1):
                 continue
         if not (isinstance(y, fx.Node) and y.op == "call_function" and
                 y.target in CONTRACTIONS and len(y.users) == 1 and "val" in y.meta):
@@ -122,17 +122,6 @@ def _step(n: fx.Node) -> tuple[fx.Node, object, fx.Node | None] | None:
             _hoist(y.graph, factor, y)
         return y, factor, view
     return None
-
-
-def _per_column(factor, out: torch.Tensor) -> bool:
-    """A scalar, or a tensor of ``out``'s dtype whose broadcast shape is 1 everywhere but at
-    the last dim, ``out``'s columns."""
-    if isinstance(factor, (int, float)) and not isinstance(factor, bool):
-        return out.is_floating_point()
-    val = factor.meta.get("val") if isinstance(factor, fx.Node) else None
-    return isinstance(val, torch.Tensor) and out.is_floating_point() and \
-        val.dtype == out.dtype and 1 <= val.dim() <= out.dim() and \
-        all(s == 1 for s in val.shape[:-1]) and val.shape[-1] in (1, out.shape[-1])
 
 
 def _columns_view(y) -> fx.Node | None:
@@ -160,9 +149,10 @@ def _product(factor: fx.Node) -> bool:
     return factor.op == "call_function" and factor.target in CONTRACTIONS
 
 
-def _per_channel(factor, out: torch.Tensor) -> bool:
+def _per_channel(factor, out: torch.Tensor, channel: int = 1) -> bool:
     """A scalar, or a tensor of ``out``'s dtype whose broadcast shape is 1 everywhere but at
-    the output-channel dim (dim 1: a convolution's channels, a matrix product's columns)."""
+    the output-channel dim ``channel`` (1: a convolution's channels, a matrix product's
+    columns; -1: the columns of a matrix product viewed with them last)."""
     if not out.is_floating_point():
         return False  # an integer product scaled by a float is a float: no fold keeps that
     if isinstance(factor, (int, float)) and not isinstance(factor, bool):
@@ -172,10 +162,11 @@ def _per_channel(factor, out: torch.Tensor) -> bool:
         return False
     if val.dtype != out.dtype:
         return False  # folding would change the result's type promotion
-    if not all(isinstance(s, int) for s in (*val.shape, *out.shape[1:2])):
+    c = channel if channel >= 0 else out.dim() + channel
+    if not all(isinstance(s, int) for s in (*val.shape, *out.shape[c:c + 1])):
         return False  # a size symbol: comparing it would specialise the graph
     shape = [1] * (out.dim() - val.dim()) + list(val.shape)
-    return all(s == 1 or (d == 1 and s == out.shape[1]) for d, s in enumerate(shape))
+    return all(s == 1 or (d == c and s == out.shape[c]) for d, s in enumerate(shape))
 
 
 def _folded(graph: fx.Graph, op, y: fx.Node, factor) -> fx.Node:
