@@ -345,16 +345,15 @@ class OllieBackend:
         """``new`` (the regions' programs, then the substitutions left to apply), or the
         substitutions alone on the original graph where their compile runs faster: a
         region's program can take in the contractions a merge would have joined."""
-        from torch._inductor.compile_fx import compile_fx_inner
 
         key = graph_pass.comparison_key(gm, example_inputs, report) + ALTERNATIVE
         scratch = graph_pass.GraphReport(report.title)
         alone = graph_pass.stored_comparison(key, scratch, self.options)
         if alone is None:
             strides = take_output_strides()
-            with_regions = compile_fx_inner(new, example_inputs, **kwargs)
+            with_regions = folding.compiled(new, example_inputs, kwargs)
             take_output_strides()  # each compile reports its outputs' strides to AOT
-            without = compile_fx_inner(report.alternative, example_inputs, **kwargs)
+            without = folding.compiled(report.alternative, example_inputs, kwargs)
             take_output_strides()
             give_output_strides(strides)
             with real_computation():

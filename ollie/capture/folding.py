@@ -106,6 +106,18 @@ def with_folded_weights(new, example_inputs, kwargs: dict, report):
     return graph, inputs, lambda compiled: FoldedWeights(compiled, program, read)
 
 
+def compiled(gm: fx.GraphModule, example_inputs, kwargs: dict):
+    """Inductor's compile of a copy of ``gm`` as it would run: with what reads only weights
+    folded (``with_folded_weights``), so that two rewrites compare at their per-call cost."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    from ollie.capture.graph_pass import GraphReport
+    from ollie.capture.rewrite import copy_graph
+    graph, inputs, wrap = with_folded_weights(copy_graph(gm)[0], example_inputs, kwargs,
+                                              GraphReport(""))
+    return wrap(compile_fx_inner(graph, inputs, **kwargs))
+
+
 def fold_program(gm: fx.GraphModule, weights: list[fx.Node], frontier: list[fx.Node]
                  ) -> fx.GraphModule:
     """A graph mapping ``weights`` (its inputs, in order) to the values of ``frontier``."""

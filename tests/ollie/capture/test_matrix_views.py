@@ -124,3 +124,43 @@ def test_the_last_position_of_a_linear_layer_with_a_bias_is_one_row_of_its_produ
     for length in (12, 5):
         args = (torch.randn(1, length, 8), torch.randn(16, 8), torch.randn(16))
         torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+class EinsumWeights(torch.nn.Module):
+    def __init__(self, d=256):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.randn(d, d) / d ** 0.5)
+        self.b = torch.nn.Parameter(torch.randn(d, d) / d ** 0.5)
+
+    def forward(self, x):
+        return torch.einsum("bi,ij,jk->bk", x, self.a, self.b)
+
+
+def test_through_the_backend_the_einsum_runs_the_weights_product_folded():
+    # The region's rewrite of the einsum and the substitution compete, each compiled as it
+    # would run: the weights' product folded, half the multiply-adds per call, wins.
+    import ollie
+    torch.manual_seed(0)
+    model, x = EinsumWeights().eval(), torch.randn(16, 256)
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        model.b.mul_(2)  # the folded product is stale now: computed again
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    (report,) = backend.reports
+    assert report.substitutions == ["generated: mm(mm(X, Y), V) → mm(X, mm(Y, V))"]
+    assert report.folded == 1 and report.adopted
+
+
+def test_a_rewrite_is_compiled_for_comparison_with_its_weights_product_folded():
+    from ollie.capture import folding
+
+    def graph(x, a, b):
+        return (x @ (a @ b),)
+    x, a, b = torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 3)
+    gm, fakes = graph_of(graph, x, a, b)
+    compiled = folding.compiled(gm, fakes, {"is_inference": True, "static_input_idxs": [1, 2]})
+    assert isinstance(compiled, folding.FoldedWeights)  # a @ b is an input it computes once
+    torch.testing.assert_close(compiled([x, a, b])[0], x @ (a @ b))
+    assert len(gm.graph.find_nodes(op="call_function", target=aten.mm.default)) == 2  # a copy
