@@ -343,9 +343,9 @@ class OllieBackend:
 
     def _regions_or_substitutions(self, gm, new, example_inputs, report, kwargs):
         """``new`` (the regions' programs, then the substitutions left to apply), or the
-        substitutions alone on the original graph where their compile runs faster: a
-        region's program can take in the contractions a merge would have joined."""
-
+        substitutions alone on the original graph where their compile runs faster (each
+        compiled as it would run, weights' products folded): a region's program can take in
+        the contractions a merge would have joined."""
         key = graph_pass.comparison_key(gm, example_inputs, report) + ALTERNATIVE
         scratch = graph_pass.GraphReport(report.title)
         alone = graph_pass.stored_comparison(key, scratch, self.options)
