@@ -17,10 +17,11 @@ Inductor (which elementwise values the final graph writes to memory:
 contract); what the substitutions do is still checked on sample inputs
 (``ollie.capture.graph_pass``) and kept only where the compiled graph runs faster.
 With symbolic sizes (Dynamo's SymInts), merges apply at every size (a split by a size symbol
-reads it from the graph: the rows of the slices of a batch of any length), folds where the
-sizes they scale by are fixed (a batch norm after a convolution of images of any size),
-generated rules where they cost less at every size; tilings compare the sizes of pieces,
-which would specialise the graph, and stay with static sizes.
+reads it from the graph: the rows of the slices of a batch of any length), grouped ones
+where the dim their input is cut along has a fixed size (``tilings.fixed_piece``), folds
+where the sizes they scale by are fixed (a batch norm after a convolution of images of any
+size), generated rules where they cost less at every size; the other tiling rules compare
+the sizes of pieces, which would specialise the graph, and stay with static sizes.
 """
 from __future__ import annotations
 
@@ -185,17 +186,17 @@ def _symbolic(gm: fx.GraphModule) -> bool:
 
 
 # -- merges ------------------------------------------------------------------------------------
-def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
+def merges(n: fx.Node) -> list[Merge]:
     """The groups contraction ``n`` may join (none for a node made in this round: its
-    meta comes with the next); ``symbolic``: not a grouped convolution's, whose channel
-    pieces are found by comparing sizes."""
+    meta comes with the next); a grouped contraction's only where its input is cut along
+    a dim of fixed size (``tilings.fixed_piece``: the pieces are compared by size)."""
     if n.op != "call_function" or any("val" not in a.meta for a in [n, *n.all_input_nodes]):
         return []
     if n.target == aten.mm.default:
         a, b = n.args
         found = [Merge("shared_lhs", (n.target, a), ((1, 1),), 1),
                  Merge("shared_rhs", (n.target, b), ((0, 0),), 0)]
-        return found + _grouped_mm_merge(n, symbolic)
+        return found + _grouped_mm_merge(n)
     if n.target == aten.bmm.default:  # (einsum and matmul of batches lower to it)
         a, b = n.args
         return [Merge("shared_lhs", (n.target, a), ((1, 2),), 2),
@@ -204,7 +205,7 @@ def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
         c, a, b = n.args
         return [Merge("shared_lhs", (n.target, a), ((0, 0), (2, 1)), 1),
                 Merge("shared_rhs", (n.target, c, b), ((1, 0),), 0)] + \
-            _grouped_mm_merge(n, symbolic)
+            _grouped_mm_merge(n)
     if n.target == aten.convolution.default:
         x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args
         if transposed or groups != 1:
@@ -215,7 +216,7 @@ def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
                        weights, 1),
                  Merge("shared_weight_conv", (n.target, w, b, _key(shape_of(x)[1:]), *params),
                        ((0, 0),), 0)]
-        piece = None if symbolic else tilings.piece(x)
+        piece = tilings.fixed_piece(x)
         if piece and piece[1] == 1 and not piece[4]:
             base, _, start, stop, _ = piece
             found.append(Merge("grouped_conv", (n.target, base, stop - start, shape_of(w),
@@ -224,9 +225,9 @@ def merges(n: fx.Node, symbolic: bool = False) -> list[Merge]:
     return []
 
 
-def _grouped_mm_merge(n: fx.Node, symbolic: bool) -> list[Merge]:
+def _grouped_mm_merge(n: fx.Node) -> list[Merge]:
     """The group of a product (``mm``, ``addmm``) of a column group of a matrix."""
-    piece = None if symbolic else tilings.piece(_lhs(n))
+    piece = tilings.fixed_piece(_lhs(n))
     if not (piece and piece[1] == 1 and not piece[4] and piece[0].meta["val"].is_contiguous()):
         return []
     base, _, start, stop, _ = piece
@@ -260,7 +261,7 @@ def _merge_round(graph: fx.Graph, symbolic: bool = False) -> list[str]:
     groups: dict[tuple, list[fx.Node]] = defaultdict(list)
     found: dict[tuple, Merge] = {}
     for n in graph.nodes:
-        for m in merges(n, symbolic):
+        for m in merges(n):
             if m.rule in ON:
                 groups[(m.rule, m.key)].append(n)
                 found[(m.rule, m.key)] = m
@@ -352,6 +353,8 @@ def _grouped_mm(graph: fx.Graph, members: list[fx.Node]) -> None:
         for operand in (m.args[0], m.args[2]) if biased else (m.args[1],):
             _hoist(graph, operand, first)
     with graph.inserting_before(first):
+        if not isinstance(rows, int):  # a batch of any length: its size read in the graph
+            rows = graph.call_function(aten.sym_size.int, (base, 0))
         groups = graph.call_function(aten.view.default,
                                      (base, [rows, len(members), cols // len(members)]))
         groups = graph.call_function(aten.permute.default, (groups, [1, 0, 2]))

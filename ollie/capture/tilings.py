@@ -65,6 +65,30 @@ def simplified_cat(graph: fx.Graph, cat: fx.Node, on: set, fresh: bool = True
     return None
 
 
+# where each cutting op names the dim it cuts (argument position, default)
+_CUT_DIM = {aten.split.Tensor: (2, 0), aten.split_with_sizes.default: (2, 0),
+            aten.unbind.int: (1, 0), aten.select.int: (1, 0), aten.slice.Tensor: (1, 0)}
+
+
+def fixed_piece(node) -> tuple | None:
+    """``piece(node)`` where the dim it is cut along has a fixed size and the cut plain
+    bounds (a batch of any length cut into column groups), so that no size symbol is
+    compared; else None."""
+    cut = node.args[0] if isinstance(node, fx.Node) and node.target == operator.getitem \
+        else node
+    if not isinstance(cut, fx.Node) or cut.target not in _CUT_DIM or \
+            not isinstance(cut.args[0], fx.Node) or "val" not in cut.args[0].meta:
+        return None
+    position, default = _CUT_DIM[cut.target]
+    dim = cut.args[position] if len(cut.args) > position else default
+    plain = lambda a: a is None or type(a) is int or (  # noqa: E731
+        isinstance(a, (list, tuple)) and all(type(x) is int for x in a))
+    if not all(plain(a) for a in cut.args[1:]) or \
+            type(shape_of(cut.args[0])[_dim(dim, cut.args[0])]) is not int:
+        return None
+    return piece(node)
+
+
 def piece(node) -> tuple | None:
     """(base, dim, start, stop, squeezed) where ``node`` is the slice ``start:stop`` of
     ``base`` along ``dim`` (``squeezed``: a ``select`` that drops the dim), else None."""

@@ -3,7 +3,8 @@ when its trace fixes no size and it matches the original at a second size."""
 import pytest
 import torch
 
-from ollie.capture import rewrite, symbolic
+from graph_helpers import symbolic_graph_of
+from ollie.capture import graph_rules, rewrite, symbolic
 
 
 class Kernel:
@@ -118,3 +119,18 @@ def test_a_program_gathering_by_index_tables_is_specific_to_its_sizes():
     region = SimpleNamespace(root=SimpleNamespace(meta={"val": torch.empty(3)}))
     with pytest.raises(symbolic.SizeSpecific, match="index tables"):
         graph_pass._trace(region, kernel, [], {}, dynamic=True)
+
+
+def test_products_of_the_column_groups_of_a_batch_of_any_length_merge_into_one():
+    # grouped_mm cuts along a dim of fixed size; the batch's length stays a symbol
+    w0, w1 = torch.randn(32, 8), torch.randn(32, 8)
+
+    def fn(x):
+        a, b = x.view(-1, 64).split(32, 1)
+        return torch.cat([a @ w0, b @ w1], 1).relu()
+    gm, fakes = symbolic_graph_of(fn, torch.randn(5 * 64))
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == ["grouped_mm: 2 × mm.default → 1"], applied
+    for rows in (5, 7):
+        x = torch.randn(rows * 64)
+        torch.testing.assert_close(new(x), fn(x))
