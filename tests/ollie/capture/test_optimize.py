@@ -61,7 +61,11 @@ def test_matmul_chain_is_reassociated_and_faster_under_inductor():
     with torch.no_grad():
         assert torch.allclose(f(a, b, c), ref, rtol=1e-3, atol=1e-3 * ref.abs().max().item())
     report = f.backend.reports[0]
-    assert report.adopted and report.regions[0].decision.adopted
+    # the region's program, or the same reassociation as a graph substitution on the original
+    # graph (the two compete, compiled, and run alike: either may win)
+    assert report.adopted and (report.regions[0].decision.adopted or
+                               "generated: mm(mm(X, Y), V) → mm(X, mm(Y, V))"
+                               in report.substitutions)
     # A(BC): the intermediate contracts b with c, so it has c's thin column count.
     inner = [s for s in ir.sub_scopes(report.regions[0].chosen)
              if s is not report.regions[0].chosen]
