@@ -90,7 +90,7 @@ def fold(gm: fx.GraphModule, weight_positions: list[int]
     return program, gm, positions
 
 
-def with_folded_weights(new, example_inputs, kwargs: dict, report):
+def with_folded_weights(new, example_inputs, kwargs: dict, report=None):
     """(graph, its inputs, wrap): the rewritten graph and its example inputs, and how to
     wrap a callable of it. In an inference graph, what reads only weights (parameters,
     buffers) is folded: the graph reads it as extra inputs, and ``wrap`` computes them,
@@ -102,7 +102,8 @@ def with_folded_weights(new, example_inputs, kwargs: dict, report):
     program, graph, read = split
     placeholders = graph.graph.find_nodes(op="placeholder")
     inputs = list(example_inputs) + [n.meta["val"] for n in placeholders[len(example_inputs):]]
-    report.folded = len(placeholders) - len(example_inputs)
+    if report is not None:  # (the graph's report counts what was folded)
+        report.folded = len(placeholders) - len(example_inputs)
     return graph, inputs, lambda compiled: FoldedWeights(compiled, program, read)
 
 
@@ -111,10 +112,8 @@ def compiled(gm: fx.GraphModule, example_inputs, kwargs: dict):
     folded (``with_folded_weights``), so that two rewrites compare at their per-call cost."""
     from torch._inductor.compile_fx import compile_fx_inner
 
-    from ollie.capture.graph_pass import GraphReport
     from ollie.capture.rewrite import copy_graph
-    graph, inputs, wrap = with_folded_weights(copy_graph(gm)[0], example_inputs, kwargs,
-                                              GraphReport(""))
+    graph, inputs, wrap = with_folded_weights(copy_graph(gm)[0], example_inputs, kwargs)
     return wrap(compile_fx_inner(graph, inputs, **kwargs))
 
 
