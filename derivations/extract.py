@@ -135,10 +135,10 @@ class Derivation:
             if len(out) == k:
                 break
             checked = self._check(cand, self._within_budget(verify_limit))
-            if checked is not None:
-                out.append(checked)
+            if checked is not None:  # (classifying every ranked program would cost more)
+                out.append(dataclasses.replace(checked, operators=operators(checked.program)))
         if all(c.program is not self.expr for c in out):
-            out.append(original)
+            out.append(dataclasses.replace(original, operators=operators(self.expr)))
         return out
 
     def _candidate(self, program, chain, cost, verified) -> Candidate:
@@ -147,7 +147,7 @@ class Derivation:
         except IRError:  # a malformed decode (a rule's bug): last in line, the check rejects it
             return Candidate(program, float("inf"), tuple(chain), verified, ())
         total = float(sum(cost(s) for s in sub_scopes(program)))
-        return Candidate(program, total, tuple(chain), verified, operators(program))
+        return Candidate(program, total, tuple(chain), verified)
 
     def _within_budget(self, limit: int) -> int:
         """``limit``, or fewer points where the budget's end comes first, at the rate the
