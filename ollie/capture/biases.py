@@ -5,9 +5,11 @@ convolution's (one per output channel, added at every position).
 A rule's side that adds, subtracts, scales and concatenates contractions along their outputs
 (columns of matrices, channels of convolutions) is, with biases, its value without them plus
 the biases put through the same arithmetic: one vector, which the other side's contraction at
-its root adds as its own bias (an unbiased contraction's part of it: zeros). A bias that would
-go through anything else (a product, a transpose, a slice, a concatenation of rows) gives no
-such vector, and the rule is not applied there.
+its root adds as its own bias (an unbiased contraction's part of it: zeros). A matrix's bias
+also goes through a product on the right, ``(Y + 1bᵀ)V = YV + 1(bᵀV)``: so two linear layers
+with nothing between are one, ``x(W2W1)ᵀ + (W2b1 + b2)``, both folded from the weights. A bias
+that would go through anything else (a product's right operand, a convolution, a transpose, a
+slice, a concatenation of rows) gives no such vector, and the rule is not applied there.
 """
 from __future__ import annotations
 
@@ -37,9 +39,9 @@ def bias(n) -> fx.Node | None:
 def carried(target: tuple, binding: dict, terms: list[tuple], scale=None):
     """How the biases of the contractions that a rule's source matched add to its value, a plan
     of ``build``: ``("bias", vector)``, or ``add``, ``sub``, ``neg``, ``scale`` and ``cat`` of
-    plans. None where none has a bias; ``REFUSED`` where a bias goes elsewhere than sums,
-    differences, scales and concatenations of outputs, or ``target``'s root is no
-    contraction. ``terms``: the source's terms matched (a sum's, else the source itself)
+    plans, and ``times`` (a bias through a product on the right). None where none has a bias;
+    ``REFUSED`` where a bias goes elsewhere than sums, differences, scales, concatenations of
+    outputs and products on the right, or ``target``'s root is no contraction. ``terms``: the source's terms matched (a sum's, else the source itself)
     with their paths; ``scale``: the number of the source's ``scale``."""
     try:
         plan = None
@@ -56,10 +58,14 @@ def _plan(pattern: tuple, binding: dict, path: tuple, scale):
     below = [_plan(p, binding, path + (i,), scale) for i, p in enumerate(pattern[1:])]
     op = pattern[0]
     if op in CONTRACTIONS:
-        if any(below):
-            raise ValueError("a bias under a product")
         vector = bias(binding[AT, path])
-        return vector and ("bias", vector)
+        own = vector and ("bias", vector)
+        if not any(below):
+            return own
+        if op != "mm" or below[1] is not None:
+            raise ValueError("a bias under a convolution, or under a product's right operand")
+        # (Y + 1bᵀ)V = YV + 1(bᵀV): a bias on every row stays one through a product
+        return plus(("times", below[0], _node(pattern[2], binding, path + (1,))), own)
     if not any(below):
         return None
     if op == "add":
@@ -70,10 +76,14 @@ def _plan(pattern: tuple, binding: dict, path: tuple, scale):
     if op == "scale":
         return ("scale", scale, below[0])
     if op == OUTPUTS_CAT.get(conv_terms.kind(pattern)):
-        nodes = [binding[p[1]] if p[0] == "var" else binding[AT, path + (i,)]
-                 for i, p in enumerate(pattern[1:])]
+        nodes = [_node(p, binding, path + (i,)) for i, p in enumerate(pattern[1:])]
         return ("cat", *(p or ("zeros", _outputs(n)) for p, n in zip(below, nodes)))
     raise ValueError(f"a bias under {op}")
+
+
+def _node(pattern: tuple, binding: dict, path: tuple) -> fx.Node:
+    """The node a source's operand ``pattern`` at ``path`` matched."""
+    return binding[pattern[1]] if pattern[0] == "var" else binding[AT, path]
 
 
 def _outputs(n: fx.Node) -> int:
@@ -97,6 +107,9 @@ def build(graph: fx.Graph, plan) -> fx.Node | None:
     if plan[0] == "scale":
         (op, number), inner = plan[1:]
         return graph.call_function(op, (build(graph, inner), number))
+    if plan[0] == "times":  # bᵀV = Vᵀb (a matrix-vector product: no matrix rule reads it)
+        transposed = graph.call_function(aten.permute.default, (plan[2], [1, 0]))
+        return graph.call_function(aten.mv.default, (transposed, build(graph, plan[1])))
     if plan[0] == "neg":
         return graph.call_function(aten.neg.default, (build(graph, plan[1]),))
     if plan[0] == "cat":  # an unbiased part's zeros: of the other part's dtype and device

@@ -1,6 +1,6 @@
 """Biases of linear layers and convolutions carried through the generated graph rules
 (``ollie.capture.biases``): a difference of layers is one layer by the weights' and the
-biases' differences; a bias never goes through a product."""
+biases' differences; a bias goes through a product on the right, never on the left."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +12,7 @@ from ollie.capture import generated_rules, graph_rules
 aten = torch.ops.aten
 
 DIFFERENCE = "generated: sub(conv(F, A), conv(G, A)) → conv(sub(F, G), A)"
+CHAIN = "generated: mm(mm(X, Y), V) → mm(X, mm(Y, V))"
 
 
 @pytest.mark.parametrize("biased", [(True, True), (True, False), (False, True)])
@@ -63,11 +64,36 @@ def test_a_linear_layer_s_bias_goes_through_a_difference_and_a_product_of_weight
             torch.testing.assert_close(new(*args), fn(*args), rtol=1e-4, atol=1e-4)
 
 
-def test_a_bias_inside_a_product_keeps_the_product_apart():
-    def fn(x, w1, b1, w2):  # (x W1ᵀ + b1) W2ᵀ: x (W2 W1)ᵀ would lose b1 W2ᵀ
-        return torch.tanh(F.linear(F.linear(x, w1, b1), w2))
-    args = (torch.randn(16, 32), torch.randn(32, 32), torch.randn(32), torch.randn(32, 32))
-    assert generated_on(fn, args, weights=[1, 2, 3])[1] == []
+def test_a_bias_goes_through_a_product_on_the_right_but_not_on_the_left():
+    def chain(x, w1, b1, w2, b2):  # (x W1ᵀ + b1) W2ᵀ + b2 = x (W2 W1)ᵀ + (W2 b1 + b2)
+        return torch.tanh(F.linear(F.linear(x, w1, b1), w2, b2))
+
+    def left(m, x, w1, b1):  # M (x W1ᵀ + 1b1ᵀ) = (M x) W1ᵀ + (M1) b1ᵀ: no bias of rows
+        return torch.tanh(m @ F.linear(x, w1, b1))
+    torch.manual_seed(0)
+    args = (torch.randn(16, 64), torch.randn(256, 64), torch.randn(256), torch.randn(48, 256),
+            torch.randn(48))
+    gm, fakes = graph_of(chain, *args)
+    generated_rules.mark_weights(gm, [1, 2, 3, 4])
+    new, applied = graph_rules.substitute(gm, fakes)
+    assert applied == [CHAIN], applied
+    assert count(new, aten.addmm.default) == 1  # one product of x, the biases carried
+    torch.testing.assert_close(new(*args), chain(*args), rtol=1e-4, atol=1e-4)
+    args = (torch.randn(4, 256), torch.randn(256, 64), torch.randn(128, 64), torch.randn(128))
+    assert generated_on(left, args, weights=[2, 3])[1] == []  # (M x) W1ᵀ would cost less
+
+
+def test_two_linear_layers_of_a_batch_of_any_length_run_as_one_with_folded_weights():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 48)).eval()
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for rows in (16, 24):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        assert CHAIN in backend.reports[0].substitutions
+        model[0].bias.add_(1.0)  # a weight changed in place: the folded bias follows
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 class BiasedDifference(torch.nn.Module):
