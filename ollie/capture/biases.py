@@ -41,8 +41,9 @@ def carried(target: tuple, binding: dict, terms: list[tuple], scale=None):
     of ``build``: ``("bias", vector)``, or ``add``, ``sub``, ``neg``, ``scale`` and ``cat`` of
     plans, and ``times`` (a bias through a product on the right). None where none has a bias;
     ``REFUSED`` where a bias goes elsewhere than sums, differences, scales, concatenations of
-    outputs and products on the right, or ``target``'s root is no contraction. ``terms``: the source's terms matched (a sum's, else the source itself)
-    with their paths; ``scale``: the number of the source's ``scale``."""
+    outputs and products on the right, or ``target``'s root is no contraction. ``terms``: the
+    source's terms matched (a sum's, else the source itself) with their paths; ``scale``:
+    the number of the source's ``scale``."""
     try:
         plan = None
         for term, path in terms:

@@ -28,10 +28,10 @@ filters and images, and what every convolution of a match must share). A sum is 
 to the order and grouping of its terms, ``addmm(b, A, B)`` being the terms ``mm(A, B)`` and
 ``b`` (so a linear layer's bias is one more term, added back); elsewhere an addmm is ``mm``,
 and its bias, like a convolution's, goes through the rule's sums, differences, scales and
-concatenations of outputs, and through a product on the right (``(x W1ᵀ + b1) W2ᵀ = x (W2
-W1)ᵀ + W2 b1``), to the other side's contraction (``ollie.capture.biases``). A sum's terms that are
-one view of matrices (linear maps of a batch of sequences: flattened, multiplied, viewed
-back) are matched as the sum of the matrices, viewed. Operands must give each of the rule's
+concatenations of outputs, and through a product on the right (``(x W1ᵀ + b1) W2ᵀ =
+x (W2 W1)ᵀ + W2 b1``), to the other side's contraction (``ollie.capture.biases``). A sum's
+terms that are one view of matrices (linear maps of a batch of sequences: flattened,
+multiplied, viewed back) are matched as the sum of the matrices, viewed. Operands must give each of the rule's
 size symbols one size (``derivations.synthesis.graph.consistent``), and a matched node other
 than the root must have no other user (a view may), so that no work is done twice.
 
