@@ -31,9 +31,10 @@ and its bias, like a convolution's, goes through the rule's sums, differences, s
 concatenations of outputs, and through a product on the right (``(x W1ᵀ + b1) W2ᵀ =
 x (W2 W1)ᵀ + W2 b1``), to the other side's contraction (``ollie.capture.biases``). A sum's
 terms that are one view of matrices (linear maps of a batch of sequences: flattened,
-multiplied, viewed back) are matched as the sum of the matrices, viewed. Operands must give each of the rule's
-size symbols one size (``derivations.synthesis.graph.consistent``), and a matched node other
-than the root must have no other user (a view may), so that no work is done twice.
+multiplied, viewed back) are matched as the sum of the matrices, viewed. Operands must give
+each of the rule's size symbols one size (``derivations.synthesis.graph.consistent``), and a
+matched node other than the root must have no other user (a view may), so that no work is
+done twice.
 
 With symbolic sizes (Dynamo's SymInts) a rule applies where it costs less at *every* size:
 each cost is then a polynomial in the size symbols, and the difference must have no negative

@@ -65,63 +65,67 @@ def simplified_cat(graph: fx.Graph, cat: fx.Node, on: set, fresh: bool = True
     return None
 
 
-# where each cutting op names the dim it cuts (argument position, default)
-_CUT_DIM = {aten.split.Tensor: (2, 0), aten.split_with_sizes.default: (2, 0),
-            aten.unbind.int: (1, 0), aten.select.int: (1, 0), aten.slice.Tensor: (1, 0)}
-
-
 def fixed_piece(node) -> tuple | None:
     """``piece(node)`` where the dim it is cut along has a fixed size and the cut plain
     bounds (a batch of any length cut into column groups), so that no size symbol is
     compared; else None."""
-    cut = node.args[0] if isinstance(node, fx.Node) and node.target == operator.getitem \
-        else node
-    if not isinstance(cut, fx.Node) or cut.target not in _CUT_DIM or \
-            not isinstance(cut.args[0], fx.Node) or "val" not in cut.args[0].meta:
+    cut = _cut(node)
+    if cut is None:
         return None
-    position, default = _CUT_DIM[cut.target]
-    dim = cut.args[position] if len(cut.args) > position else default
+    op, base, dim = cut
     plain = lambda a: a is None or type(a) is int or (  # noqa: E731
         isinstance(a, (list, tuple)) and all(type(x) is int for x in a))
-    if not all(plain(a) for a in cut.args[1:]) or \
-            type(shape_of(cut.args[0])[_dim(dim, cut.args[0])]) is not int:
+    if not all(plain(a) for a in op.args[1:]) or type(shape_of(base)[dim]) is not int:
         return None
     return piece(node)
+
+
+def _cut(node) -> tuple[fx.Node, fx.Node, int] | None:
+    """(the op that cuts, what it cuts, the dim it cuts along) where ``node`` is a piece
+    (a ``select`` or ``slice``, an item of a ``split`` or ``unbind``), else None."""
+    if not isinstance(node, fx.Node) or node.op != "call_function" or "val" not in node.meta:
+        return None  # not a piece, or made in this round (its meta comes with the next)
+    op = node.args[0] if node.target == operator.getitem else node
+    if not isinstance(op, fx.Node) or op.op != "call_function" or \
+            not isinstance(op.args[0], fx.Node) or "val" not in op.args[0].meta:
+        return None
+    if node.target == operator.getitem and op.target in (aten.split.Tensor,
+                                                         aten.split_with_sizes.default):
+        position = 2
+    elif op.target in (aten.unbind.int, aten.select.int, aten.slice.Tensor) and \
+            (node.target == operator.getitem) == (op.target == aten.unbind.int):
+        position = 1
+    else:
+        return None
+    base = op.args[0]
+    return op, base, _dim(op.args[position] if len(op.args) > position else 0, base)
 
 
 def piece(node) -> tuple | None:
     """(base, dim, start, stop, squeezed) where ``node`` is the slice ``start:stop`` of
     ``base`` along ``dim`` (``squeezed``: a ``select`` that drops the dim), else None."""
-    if not isinstance(node, fx.Node) or node.op != "call_function" or "val" not in node.meta:
-        return None  # not a piece, or made in this round (its meta comes with the next)
-    if node.target == operator.getitem:
-        parent, i = node.args
-        if parent.op != "call_function":
-            return None
-        if parent.target in (aten.split.Tensor, aten.split_with_sizes.default):
-            base, size = parent.args[0], parent.args[1]
-            dim = _dim(parent.args[2] if len(parent.args) > 2 else 0, base)
-            sizes = [v.shape[dim] for v in parent.meta["val"]]
-            start = sum(sizes[:i])
-            return base, dim, start, start + sizes[i], False
-        if parent.target == aten.unbind.int:
-            dim = _dim(parent.args[1] if len(parent.args) > 1 else 0, parent.args[0])
-            return parent.args[0], dim, i, i + 1, True
+    cut = _cut(node)
+    if cut is None:
         return None
-    if node.target == aten.select.int:
-        base, dim, i = node.args
-        dim = _dim(dim, base)
+    op, base, dim = cut
+    if op.target in (aten.split.Tensor, aten.split_with_sizes.default):
+        i = node.args[1]
+        sizes = [v.shape[dim] for v in op.meta["val"]]
+        start = sum(sizes[:i])
+        return base, dim, start, start + sizes[i], False
+    if op.target == aten.unbind.int:
+        i = node.args[1]
+        return base, dim, i, i + 1, True
+    if op.target == aten.select.int:
+        i = node.args[2]
         i = i + shape_of(base)[dim] if i < 0 else i
         return base, dim, i, i + 1, True
-    if node.target == aten.slice.Tensor:
-        base, dim, start, stop = (list(node.args) + [0, None, None])[:4]
-        step = node.args[4] if len(node.args) > 4 else 1
-        dim, size = _dim(dim, base), None
-        size = shape_of(base)[dim]
-        start = 0 if start is None else (start + size if start < 0 else min(start, size))
-        stop = size if stop is None else (stop + size if stop < 0 else min(stop, size))
-        return (base, dim, start, stop, False) if step == 1 else None
-    return None
+    start, stop = (list(op.args[2:4]) + [None, None])[:2]  # a slice
+    step = op.args[4] if len(op.args) > 4 else 1
+    size = shape_of(base)[dim]
+    start = 0 if start is None else (start + size if start < 0 else min(start, size))
+    stop = size if stop is None else (stop + size if stop < 0 else min(stop, size))
+    return (base, dim, start, stop, False) if step == 1 else None
 
 
 def _flattens(base: fx.Node) -> bool:
