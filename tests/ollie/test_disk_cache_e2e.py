@@ -49,13 +49,11 @@ SCRIPT = textwrap.dedent("""
     graph = f.backend.reports[0]
     region = graph.regions[0]
 
-    # Per-call overhead: the optimized call against the chosen kernel called directly, and
-    # against the very same compiled code entered without Ollie's wrapper (what is left is
-    # Ollie's own share: Dynamo's guards and AOTAutograd's wrappers are torch.compile's).
+    # Per-call overhead: the optimized call against the chosen kernel called directly
+    # (Dynamo's guards and AOTAutograd's wrappers, which are torch.compile's, and Ollie's own).
     inputs = dict(zip(sorted(region.input_names), (a, b, c)))  # arg0_1, arg1_1, arg2_1
     kernel_args = [inputs[n] for n in region.input_names]
-    variants = {"direct": lambda: region.kernel(*kernel_args),
-                "compiled": lambda: f._compiled(a, b, c), "wrapped": lambda: f(a, b, c)}
+    variants = {"direct": lambda: region.kernel(*kernel_args), "wrapped": lambda: f(a, b, c)}
     best = {name: [] for name in variants}
     with torch.no_grad():
         for fn in variants.values():
@@ -64,11 +62,11 @@ SCRIPT = textwrap.dedent("""
             for name, fn in variants.items():
                 t0 = time.perf_counter(); fn(); best[name].append(time.perf_counter() - t0)
     overhead = min(best["wrapped"]) - min(best["direct"])  # best times: robust to load
-    own = min(best["wrapped"]) - min(best["compiled"])
     print(json.dumps({"aot_hit": False, "cached": region.cached, "decision": region.decision.text,
                       "error": err,
                       "graph_adopted": graph.adopted, "timing_cached": graph.timing_cached,
-                      "overhead_s": overhead, "own_overhead_s": own}))
+                      "overhead_s": overhead,
+                      "settled_on_torch_compile": f.func is f._compiled}))
 """)
 
 
@@ -120,8 +118,11 @@ def test_second_process_hits_the_disk_cache_without_deriving(warmed_cache):
 def test_cached_call_overhead_is_small(warmed_cache):
     cache_dir, _ = warmed_cache
     second = run_process(cache_dir, FORBID_DERIVE="1")
-    assert second["own_overhead_s"] < 10e-6   # beyond what torch.compile's own call costs
-    assert second["overhead_s"] < 200e-6      # everything, against a bare Python call (load!)
+    # Nothing of Ollie's is left on the call path: a call is torch.compile's own. (A check of
+    # structure, not of time: two timings of one path differed by up to 36 µs on a loaded
+    # CI machine.)
+    assert second["settled_on_torch_compile"]
+    assert second["overhead_s"] < 200e-6  # everything, against a bare Python call (load!)
 
 
 def test_corrupted_entry_is_ignored_and_the_result_stays_correct(warmed_cache, tmp_path):
