@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 
 from ollie.capture.backend import OllieBackend, register
+from ollie.capture.eager_or_compiled import CallRace
 from ollie.capture.report import Explanation
 from ollie.options import Options
 
@@ -93,7 +94,9 @@ class OptimizedFunction(functools.partial):
     function: nothing of Ollie's runs on the call path (every Python frame added 0.5-1 µs
     after a large kernel had left the caches cold) until the backend is handed another graph.
     Once eager PyTorch is known to run ``fn`` faster, the target is ``fn`` itself (0.1 µs a
-    call, against 0.5 µs through a Python ``__call__``)."""
+    call, against 0.5 µs through a Python ``__call__``). Where the two differ by about Dynamo's
+    frame, the first calls at the compiled sizes run one or the other (``CallRace``) until the
+    faster is known."""
 
     def __new__(cls, fn: Callable, options: Options, dynamic: bool | None = None):
         return super().__new__(cls, fn)  # the call target is set in __init__
@@ -104,6 +107,7 @@ class OptimizedFunction(functools.partial):
         self.backend = OllieBackend(options)
         self.breaks = _GraphBreaks()
         self._dynamic = dynamic
+        self._race: tuple[tuple, CallRace] | None = None  # (arguments' signature, race)
         self._compiled = torch.compile(fn, backend=self.backend, dynamic=dynamic)
         self.backend.on_graph = self._handed_a_graph
         self.backend.calls_skipped_directly = True
@@ -119,14 +123,32 @@ class OptimizedFunction(functools.partial):
         eager_sizes = self.backend.eager_sizes
         if eager_sizes and any(sizes.holds(args, kwargs) for sizes in eager_sizes):
             return self.fn(*args, **kwargs)  # eager runs these sizes faster: no Dynamo
+        if self._race is not None and not torch.is_grad_enabled() and \
+                self._race[0] == _signature(args, kwargs):
+            return self._run_race(args, kwargs)
         frames = self.breaks.before_call()
         out = self._compiled(*args, **kwargs)
-        if not self.breaks.after_call(frames):
-            if not eager_sizes:
+        compiled_now = self.breaks.after_call(frames)
+        if self.backend.race is not None:  # eager or compiled: the next calls decide
+            self._race, self.backend.race = (_signature(args, kwargs), self.backend.race), None
+        elif not compiled_now:
+            if not eager_sizes and self._race is None:
                 self._call(self._compiled)  # settled: torch.compile's own call path
         elif 0 < self.backend.graphs == self.backend.skipped_functions:
             # every graph Dynamo made of fn was the whole of it, and eager runs it faster
             self._call(self.fn)
+        return out
+
+    def _run_race(self, args, kwargs):
+        race = self._race[1]
+        out = race.run(functools.partial(self.fn, *args, **kwargs),
+                       functools.partial(self._compiled, *args, **kwargs))
+        if race.decision is not None:
+            self._race = None
+            if race.decision.adopted:
+                self._call(self.fn)
+            elif not self.backend.eager_sizes:
+                self._call(self._compiled)
         return out
 
     def _handed_a_graph(self) -> None:
@@ -210,12 +232,16 @@ class OptimizedModule(torch._dynamo.eval_frame.OptimizedModule):
 
     # declared on the class, so that setting them (``_optimize_module``) lands on this
     # wrapper: torch's wrapper sets any other attribute on the user's module
-    ollie_eager_won = ollie_backend = explain = None
+    ollie_eager_won = ollie_race = ollie_backend = explain = None
+    ollie_module = None  # the user's module, outside ``_modules``: found without __getattr__
 
     def __call__(self, *args, **kwargs):
         eager_won = self.ollie_eager_won
         if eager_won is not None and eager_won(args, kwargs):
-            return self._orig_mod(*args, **kwargs)
+            return self.ollie_module(*args, **kwargs)
+        if self.ollie_race is not None and (race := self.ollie_race(args, kwargs)):
+            return race(functools.partial(self.ollie_module, *args, **kwargs),
+                        functools.partial(super().__call__, *args, **kwargs))
         return super().__call__(*args, **kwargs)
 
 
@@ -226,6 +252,7 @@ def _optimize_module(module: torch.nn.Module, options: Options,
     compiled = torch.compile(module, backend=backend, dynamic=dynamic)
     through_dynamo = compiled.forward
     eager_at: set[tuple] = set()  # the arguments' signatures whose compile eager outran
+    races: dict[tuple, CallRace] = {}  # ... whose compile eager may outrun by a frame
     breaks = _GraphBreaks()
 
     def eager_won(args: tuple, kwargs: dict) -> bool:
@@ -246,7 +273,28 @@ def _optimize_module(module: torch.nn.Module, options: Options,
         breaks.after_call(frames)
         if backend.graphs - graphs == backend.skipped_functions - skipped > 0:
             eager_at.add(_signature(args, kwargs))  # each graph of the call was all of forward
+        if backend.race is not None:
+            races[_signature(args, kwargs)], backend.race = backend.race, None
         return out
+
+    def race(args: tuple, kwargs: dict):
+        """The call's ``run`` of the race of eager against the compile at its arguments'
+        signature, if one is under way (without grad)."""
+        if not races or torch.is_grad_enabled():
+            return None
+        signature = _signature(args, kwargs)
+        if signature not in races:
+            return None
+
+        def run(eager, compiled):
+            out = races[signature].run(eager, compiled)
+            decision = races[signature].decision
+            if decision is not None:
+                del races[signature]
+                if decision.adopted:
+                    eager_at.add(signature)
+            return out
+        return run
 
     def explain(*args, **kwargs) -> Explanation:
         if (args or kwargs) and not backend.graphs:
@@ -254,8 +302,9 @@ def _optimize_module(module: torch.nn.Module, options: Options,
         return Explanation(type(module).__name__, backend, dict(breaks.seen))
 
     compiled.__class__ = OptimizedModule
-    compiled.forward, compiled.ollie_eager_won = forward, eager_won
+    compiled.forward, compiled.ollie_eager_won, compiled.ollie_race = forward, eager_won, race
     compiled.explain, compiled.ollie_backend = explain, backend
+    object.__setattr__(compiled, "ollie_module", module)  # not a second submodule
     return compiled
 
 

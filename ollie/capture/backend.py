@@ -31,9 +31,10 @@ import torch
 from ollie import cache, log, progress
 from ollie.capture import compilers, eager_or_compiled, folding, frozen, generated_rules, \
     graph_pass, rewrite, second_compile, size_branches, size_range, substitution
-from ollie.capture.samples import real_computation
+from ollie.capture.samples import real_computation, unsupported
 from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, take_output_strides
 from ollie.capture.report import graph_line
+from ollie.decision import Outcome
 from ollie.log import first_line
 from ollie.options import Options
 
@@ -65,6 +66,8 @@ class OllieBackend:
         self.adopted: dict[int, torch.fx.GraphModule] = {}
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
         self.calls_skipped_directly = False  # a skipped function is called without Dynamo
+        self.race: eager_or_compiled.CallRace | None = None  # for the caller to run: this
+        # compile's whole function, which eager or the compile may run faster by a frame
         # this compile: is its graph a whole user function (callable without Dynamo); sizes
         # (symbol -> highest) it runs eagerly at; (symbol, low, high): the original outside
         self._whole_function, self._direct_bounds, self._uncompiled_outside = False, {}, None
@@ -77,7 +80,7 @@ class OllieBackend:
         self._direct_bounds, self._uncompiled_outside = {}, None
         self._whole_function = self.calls_skipped_directly and \
             eager_or_compiled.whole_user_function(gm)
-        if reason := _unsupported(example_inputs):
+        if reason := unsupported(example_inputs):
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
         if self.options.inductor:
             stored = self._stored_choice(gm, example_inputs)
@@ -177,6 +180,11 @@ class OllieBackend:
                 raise
             except Exception:  # the graph does not run on sample data: keep the compile
                 return compiled
+        if choice.outcome is Outcome.MEASURED:  # within a frame's cost: timed at the calls
+            self.race = eager_or_compiled.CallRace.of_graph(
+                number, self._compiled_artifact(number), store,
+                self._choice_key(gm, example_inputs), self._note)
+            return compiled
         if choice.adopted:  # the graph run eagerly
             return self._eager_below(gm, compiled, choice, number, example_inputs) or \
                 self._run_eagerly(gm, choice, number, example_inputs)
@@ -419,16 +427,6 @@ class OllieBackend:
 def _kind(kwargs) -> str:
     return "backward" if kwargs.get("is_backward") else \
         "inference" if kwargs.get("is_inference") else "forward"
-
-
-def _unsupported(example_inputs) -> str | None:
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor):
-            if x.device.type == "meta":
-                return "meta tensors have no data to compute on"
-            if x.layout != torch.strided:
-                return f"{x.layout} tensors are not supported"
-    return None
 
 
 def ollie(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):

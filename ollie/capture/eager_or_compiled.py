@@ -7,7 +7,9 @@ sample inputs of its shapes, interleaved (``measure.compare``), and the graph as
 captured it (what eager PyTorch runs, without the Python around it) replaces the compiled
 artifact only when it is faster beyond the comparison's noise (``decision.noise_margin``).
 Where that graph is a whole function of the user's, Dynamo is asked to skip the function
-(its frame and guards cost more than many a small kernel). The choice is stored in the disk
+(its frame and guards cost more than many a small kernel). Where the two differ by about
+that frame and ``ollie.optimize`` calls the function, its first calls time both as they run
+(``CallRace``): no probe prices a module's guards well. The choice is stored in the disk
 cache: a second process neither measures nor, when eager won, compiles.
 
 Training graphs keep the compiled artifact: their backward is compiled with the forward, and
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import statistics
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -53,7 +57,8 @@ def describe(choice: Decision, number: int, compiled: str = "Inductor's compile"
 def whole_user_function(gm: fx.GraphModule) -> bool:
     """Whether ``gm`` is all that Dynamo captured of a function of the user's: not a piece
     before a graph break, not torch's own code (``Module._call_impl`` is shared by every
-    module), not a function Dynamo generated to resume after a break."""
+    module) but as called through Dynamo's wrapper frame (``wraps_torch_function``), not a
+    function Dynamo generated to resume after a break."""
     import os
 
     reason = getattr(gm, "compile_subgraph_reason", None)
@@ -65,8 +70,16 @@ def whole_user_function(gm: fx.GraphModule) -> bool:
     except Exception:  # not inside Dynamo's tracing (a backend called by hand)
         return False
     torch_dir = os.path.dirname(torch.__file__)
-    return not code.co_filename.startswith(torch_dir) and \
+    return wraps_torch_function(code) or not code.co_filename.startswith(torch_dir) and \
         not code.co_name.startswith("torch_dynamo_resume_in_")
+
+
+def wraps_torch_function(code) -> bool:
+    """Whether ``code`` is the frame Dynamo compiles around a function of torch's own that
+    it is asked to compile (``external_utils.wrap_inline``): all of ``nn.Sequential``'s
+    call, say. Its code is shared by every such call: it must never be skipped."""
+    from torch._dynamo.external_utils import wrap_inline
+    return code in wrap_inline.__code__.co_consts
 
 
 @dataclass(frozen=True)
@@ -141,8 +154,9 @@ def calls_other_functions() -> bool:
     four graphs)."""
     from torch._dynamo.symbolic_convert import InstructionTranslator
     context = torch._guards.TracingContext.try_get()
-    return context is not None and \
-        bool(set(context.traced_code) - {InstructionTranslator.current_tx().f_code})
+    code = InstructionTranslator.current_tx().f_code
+    return wraps_torch_function(code) or \
+        context is not None and bool(set(context.traced_code) - {code})
 
 
 def is_inference(example_inputs) -> bool:
@@ -183,7 +197,9 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     side is first charged the Python the timing leaves out: the compiled side Dynamo's
     frame and guards on every call (``called_directly``: ``ollie.optimize`` then calls the
     function itself, without torch.compile's wrapper either), the eager side the calls of
-    the modules it runs. ``at``: sizes for the size symbols, instead of their hints."""
+    the modules it runs. Where ``ollie.optimize`` calls the function and the frame's cost
+    could decide, nothing is decided (``Outcome.MEASURED``): a ``CallRace`` times both at the
+    user's calls. ``at``: sizes for the size symbols, instead of their hints."""
     inputs = sample_like(example_inputs, at)
     if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
         inputs = compiled.with_weights(inputs)
@@ -196,6 +212,9 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     charges = (0.0, 0.0)
     if skippable:
         modules = module_calls(gm) * module_call_overhead()
+        if called_directly and frame_decides(timing, margin, example_inputs, modules):
+            return Decision(Outcome.MEASURED, timing.eager_median, timing.ollie_median,
+                            timing.speedup, timing.spread, margin)  # a ``CallRace`` decides
         charges = (frame_charge(timing, margin, example_inputs, called_directly, modules),
                    modules)
     choice = decide(timing, margin, *charges)
@@ -215,17 +234,68 @@ def frame_charge(timing, margin: float, example_inputs, called_directly: bool,
     compile and thousands of calls, so it is done only where it can decide whether the
     challenger wins (runs within ``margin`` of the baseline): not where it wins without the
     charge, nor where it loses even against the charge's bound (``frame_bound``)."""
-    if decide(timing, margin, 0.0, challenger_charge_s).adopted or \
-            not decide(timing, margin, frame_bound(example_inputs),
-                       challenger_charge_s).adopted:
+    if not frame_decides(timing, margin, example_inputs, challenger_charge_s):
         return 0.0
     return dynamo_call_overhead(example_inputs, called_directly)
+
+
+def frame_decides(timing, margin: float, example_inputs, challenger_charge_s: float) -> bool:
+    """Whether Dynamo's frame could decide for the challenger: it loses without the frame
+    charged to the baseline, and wins against the frame's bound (``frame_bound``)."""
+    return not decide(timing, margin, 0.0, challenger_charge_s).adopted and \
+        decide(timing, margin, frame_bound(example_inputs), challenger_charge_s).adopted
 
 
 def frame_bound(example_inputs) -> float:
     """An upper bound on ``dynamo_call_overhead``, free to compute: 50 µs and 1 µs per tensor
     input (measured: 29 µs for 3 tensors, 75 µs for 100, 214 µs for 300)."""
     return 50e-6 + 1e-6 * sum(isinstance(x, torch.Tensor) for x in example_inputs)
+
+
+class CallRace:
+    """Eager PyTorch against the compiled artifact at the user's own calls, where Dynamo's
+    frame decides between them: a probe's calibration misjudges it (the guards of a module's
+    submodules and parameters cost a two-Linear module 15-25 µs more a call than a function's
+    on as many tensors). Each call runs one side only, in blocks of ``BLOCK`` calls, as a
+    program calls them; each block's first call, which pays for what the other side left
+    behind, is not counted. After ``BLOCKS`` blocks a side, the faster median wins (eager: the
+    decision is adopted), and ``settled(decision)`` is told."""
+    BLOCK, BLOCKS = 4, 3
+
+    def __init__(self, settled: Callable[[Decision], None], clock=time.perf_counter):
+        self.settled, self.clock = settled, clock
+        self.calls = 0
+        self.times: tuple[list[float], list[float]] = ([], [])  # compiled's, eager's
+        self.decision: Decision | None = None
+
+    @classmethod
+    def of_graph(cls, number: int, compiled: str, store: cache.Cache | None, key: str,
+                 note: Callable[[str], None]) -> CallRace:
+        """The race of graph ``number`` (whose compiled artifact ``compiled`` names), noted
+        now and when settled, its outcome stored under ``key``."""
+        def settled(choice: Decision) -> None:
+            if store is not None:
+                store.put(key, choice.entry())
+            note(describe(choice, number, compiled) + ", timed at the user's calls" +
+                 ("; ollie.optimize calls the function directly" if choice.adopted else ""))
+
+        note(f"graph {number}: eager PyTorch and {compiled} differ by about Dynamo's frame: "
+             f"the first {2 * cls.BLOCK * cls.BLOCKS} calls time both, each running one")
+        return cls(settled)
+
+    def run(self, eager: Callable[[], Any], compiled: Callable[[], Any]):
+        side = self.calls // self.BLOCK % 2  # compiled first: it has just run (compiling)
+        start = self.clock()
+        out = (eager if side else compiled)()
+        if self.calls % self.BLOCK:
+            self.times[side].append(self.clock() - start)
+        self.calls += 1
+        if self.calls == 2 * self.BLOCK * self.BLOCKS:
+            compiled_s, eager_s = (statistics.median(t) for t in self.times)
+            self.decision = decide(measure.Comparison(compiled_s, eager_s, compiled_s / eager_s,
+                                                      0.0, len(self.times[0])), margin=1.0)
+            self.settled(self.decision)
+        return out
 
 
 def dynamo_call_overhead(example_inputs, called_directly: bool = False) -> float:

@@ -64,3 +64,14 @@ def real_computation():
 
     with unset_fake_temporarily(), no_python_dispatcher():
         yield
+
+
+def unsupported(example_inputs) -> str | None:
+    """Why no sample data can stand in for these inputs (None: it can)."""
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            if x.device.type == "meta":
+                return "meta tensors have no data to compute on"
+            if x.layout != torch.strided:
+                return f"{x.layout} tensors are not supported"
+    return None

@@ -1,0 +1,96 @@
+"""Where eager PyTorch and the compiled artifact differ by about Dynamo's frame, the user's
+own calls time both (``eager_or_compiled.CallRace``): each call runs one side only, and
+``ollie.optimize`` follows the faster, stored for the next process."""
+import time
+
+import pytest
+import torch
+
+import ollie
+from ollie.capture import eager_or_compiled
+from ollie.capture.backend import OllieBackend
+from ollie.cost import measure
+
+from backend_helpers import timing
+
+
+@pytest.mark.parametrize("eager_s, compiled_s, eager_wins", [(1.0, 2.0, True),
+                                                             (2.0, 1.0, False)])
+def test_a_race_runs_each_call_once_in_blocks_and_picks_the_faster(eager_s, compiled_s,
+                                                                   eager_wins):
+    now, ran, told = [0.0], [], []
+
+    def side(name, seconds):
+        def call():
+            ran.append(name)
+            now[0] += seconds
+            return name
+        return call
+
+    race = eager_or_compiled.CallRace(told.append, clock=lambda: now[0])
+    block, blocks = race.BLOCK, race.BLOCKS
+    outs = [race.run(side("eager", eager_s), side("compiled", compiled_s))
+            for _ in range(2 * block * blocks)]
+    assert outs == ran == (["compiled"] * block + ["eager"] * block) * blocks
+    assert told == [race.decision] and race.decision.adopted == eager_wins
+    assert race.decision.baseline_s == compiled_s and race.decision.challenger_s == eager_s
+
+
+def slow_compile(monkeypatch, calls):
+    """Ollie's compile a millisecond slower a call than it is; eager within a frame of it
+    as the backend measures them (so the user's calls decide)."""
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-4, 1.1e-4))
+    frozen_or = OllieBackend._frozen_or
+
+    def slowed(self, *args):
+        compiled = frozen_or(self, *args)
+
+        def run(*inputs):
+            calls.append(1)
+            time.sleep(1e-3)
+            return compiled(*inputs)
+        return run
+    monkeypatch.setattr(OllieBackend, "_frozen_or", slowed)
+
+
+def test_a_module_follows_its_race_and_the_next_process_reads_it(monkeypatch, tmp_path):
+    calls = []
+    slow_compile(monkeypatch, calls)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)).eval()
+    m = ollie.optimize(model, measure_cap_s=0.05, cache_dir=str(tmp_path))
+    x = torch.randn(4, 16)
+    race = eager_or_compiled.CallRace
+    with torch.no_grad():
+        for _ in range(1 + 2 * race.BLOCK * race.BLOCKS):  # the compiling call, the race
+            assert torch.allclose(m(x), model(x), atol=1e-6)
+        assert len(calls) == 1 + race.BLOCK * race.BLOCKS  # each call ran one side only
+        assert m.ollie_eager_won((x,), {}), m.ollie_backend.notes
+        m(x)
+    assert len(calls) == 1 + race.BLOCK * race.BLOCKS  # eager from now on
+    assert any("runs eagerly" in n and "timed at the user's calls" in n
+               for n in m.ollie_backend.notes), m.ollie_backend.notes
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: pytest.fail("measured again"))
+    again = ollie.optimize(model, measure_cap_s=0.05, cache_dir=str(tmp_path))
+    with torch.no_grad():
+        assert torch.allclose(again(x), model(x), atol=1e-6)
+        assert again.ollie_eager_won((x,), {}), again.ollie_backend.notes
+
+
+def test_a_function_follows_its_race(monkeypatch):
+    calls = []
+    slow_compile(monkeypatch, calls)
+
+    def affine_tanh(x, w):
+        return torch.tanh(x @ w + 1)
+
+    f = ollie.optimize(eager_or_compiled.own_code(affine_tanh, "race_affine_tanh"),
+                       measure_cap_s=0.05, cache=False)
+    x, w = torch.randn(4, 16), torch.randn(16, 8)
+    race = eager_or_compiled.CallRace
+    with torch.no_grad():
+        for _ in range(1 + 2 * race.BLOCK * race.BLOCKS):
+            assert torch.allclose(f(x, w), affine_tanh(x, w), atol=1e-6)
+    assert f.runs_eagerly and len(calls) == 1 + race.BLOCK * race.BLOCKS, f.backend.notes
