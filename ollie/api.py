@@ -94,9 +94,9 @@ class OptimizedFunction(functools.partial):
     function: nothing of Ollie's runs on the call path (every Python frame added 0.5-1 µs
     after a large kernel had left the caches cold) until the backend is handed another graph.
     Once eager PyTorch is known to run ``fn`` faster, the target is ``fn`` itself (0.1 µs a
-    call, against 0.5 µs through a Python ``__call__``). Where the two differ by about Dynamo's
-    frame, the first calls at the compiled sizes run one or the other (``CallRace``) until the
-    faster is known."""
+    call, against 0.5 µs through a Python ``__call__``). Unless eager clearly won, the first
+    calls at the compiled sizes run one or the other (``CallRace``) until the faster is
+    known."""
 
     def __new__(cls, fn: Callable, options: Options, dynamic: bool | None = None):
         return super().__new__(cls, fn)  # the call target is set in __init__

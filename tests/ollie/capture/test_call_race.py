@@ -1,6 +1,6 @@
-"""Where eager PyTorch and the compiled artifact differ by about Dynamo's frame, the user's
-own calls time both (``eager_or_compiled.CallRace``): each call runs one side only, and
-``ollie.optimize`` follows the faster, stored for the next process."""
+"""Where eager PyTorch does not clearly beat the compiled artifact of a whole function, the
+user's own calls time both (``eager_or_compiled.CallRace``): each call runs one side only,
+and ``ollie.optimize`` follows the faster, stored for the next process."""
 import time
 
 import pytest
@@ -14,8 +14,10 @@ from ollie.cost import measure
 from backend_helpers import timing
 
 
-@pytest.mark.parametrize("eager_s, compiled_s, eager_wins", [(1.0, 2.0, True),
-                                                             (2.0, 1.0, False)])
+@pytest.mark.parametrize("eager_s, compiled_s, eager_wins", [
+    (1.0, 2.0, True), (2.0, 1.0, False),
+    (0.99, 1.0, False),  # a lead within the noise floor: the compile stays
+])
 def test_a_race_runs_each_call_once_in_blocks_and_picks_the_faster(eager_s, compiled_s,
                                                                    eager_wins):
     now, ran, told = [0.0], [], []
@@ -33,12 +35,13 @@ def test_a_race_runs_each_call_once_in_blocks_and_picks_the_faster(eager_s, comp
             for _ in range(2 * block * blocks)]
     assert outs == ran == (["compiled"] * block + ["eager"] * block) * blocks
     assert told == [race.decision] and race.decision.adopted == eager_wins
-    assert race.decision.baseline_s == compiled_s and race.decision.challenger_s == eager_s
+    assert (race.decision.baseline_s, race.decision.challenger_s) == \
+        pytest.approx((compiled_s, eager_s))
 
 
 def slow_compile(monkeypatch, calls):
-    """Ollie's compile a millisecond slower a call than it is; eager within a frame of it
-    as the backend measures them (so the user's calls decide)."""
+    """Ollie's compile a millisecond slower a call than it is; eager not clearly faster as
+    the backend measures them (so the user's calls decide)."""
     monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-4, 1.1e-4))
     frozen_or = OllieBackend._frozen_or
 
