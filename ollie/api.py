@@ -94,9 +94,9 @@ class OptimizedFunction(functools.partial):
     function: nothing of Ollie's runs on the call path (every Python frame added 0.5-1 µs
     after a large kernel had left the caches cold) until the backend is handed another graph.
     Once eager PyTorch is known to run ``fn`` faster, the target is ``fn`` itself (0.1 µs a
-    call, against 0.5 µs through a Python ``__call__``). Unless eager clearly won, the first
-    calls at the compiled sizes run one or the other (``CallRace``) until the faster is
-    known."""
+    call, against 0.5 µs through a Python ``__call__``). Where the two differ by about Dynamo's
+    frame, the first calls at the compiled sizes run one or the other (``CallRace``) until the
+    faster is known (``racing``)."""
 
     def __new__(cls, fn: Callable, options: Options, dynamic: bool | None = None):
         return super().__new__(cls, fn)  # the call target is set in __init__
@@ -156,6 +156,11 @@ class OptimizedFunction(functools.partial):
         if self.func is self._compiled:
             self.breaks.compiled_unbracketed()
             self._call(self._compiled_call)  # watch the next call: it may need eager_sizes
+
+    @property
+    def racing(self) -> bool:
+        """Whether calls still run eager or compiled by turns (``CallRace``)."""
+        return self._race is not None
 
     @property
     def runs_eagerly(self) -> bool:

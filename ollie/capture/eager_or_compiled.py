@@ -8,10 +8,9 @@ captured it (what eager PyTorch runs, without the Python around it) replaces the
 artifact only when it is faster beyond the comparison's noise (``decision.noise_margin``).
 Where that graph is a whole function of the user's, Dynamo is asked to skip the function
 (its frame and guards cost more than many a small kernel). Where ``ollie.optimize`` calls
-the function and eager does not win outright, its first calls time both as they run
-(``CallRace``): no probe prices a module's guards well, and the graph run eagerly is not
-always what eager PyTorch runs (``nn.MultiheadAttention``'s fused path). The choice is stored
-in the disk cache: a second process neither measures nor, when eager won, compiles.
+the function and the two differ by about that frame, its first calls time both as they run
+(``CallRace``): no probe prices a module's guards well. The choice is stored in the disk
+cache: a second process neither measures nor, when eager won, compiles.
 
 Training graphs keep the compiled artifact: their backward is compiled with the forward, and
 one forward timing would not judge both.
@@ -198,8 +197,8 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     side is first charged the Python the timing leaves out: the compiled side Dynamo's
     frame and guards on every call (``called_directly``: ``ollie.optimize`` then calls the
     function itself, without torch.compile's wrapper either), the eager side the calls of
-    the modules it runs. Where ``ollie.optimize`` calls the function and eager does not win
-    outright, nothing is decided (``Outcome.MEASURED``): a ``CallRace`` times both at the
+    the modules it runs. Where ``ollie.optimize`` calls the function and the frame's cost
+    could decide, nothing is decided (``Outcome.MEASURED``): a ``CallRace`` times both at the
     user's calls. ``at``: sizes for the size symbols, instead of their hints."""
     inputs = sample_like(example_inputs, at)
     if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
@@ -213,7 +212,7 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     charges = (0.0, 0.0)
     if skippable:
         modules = module_calls(gm) * module_call_overhead()
-        if called_directly and not decide(timing, margin, 0.0, modules).adopted:
+        if called_directly and frame_decides(timing, margin, example_inputs, modules):
             return Decision(Outcome.MEASURED, timing.eager_median, timing.ollie_median,
                             timing.speedup, timing.spread, margin)  # a ``CallRace`` decides
         charges = (frame_charge(timing, margin, example_inputs, called_directly, modules),
@@ -254,12 +253,12 @@ def frame_bound(example_inputs) -> float:
 
 
 class CallRace:
-    """Eager PyTorch against the compiled artifact at the user's own calls, as they run: a
-    probe's calibration misjudges Dynamo's frame (the guards of a module's submodules and
-    parameters cost a two-Linear module 15-25 µs more a call than a function's on as many
-    tensors), and eager PyTorch may run other kernels than the graph Dynamo captured (a fused
-    attention, 15-20 % faster than Inductor's compile of the captured graph on this CPU).
-    Each call runs one side only, in blocks of ``BLOCK`` calls, as a
+    """Eager PyTorch against the compiled artifact at the user's own calls, as they run,
+    where Dynamo's frame decides between them: a probe's calibration misjudges it (the guards
+    of a module's submodules and parameters cost a two-Linear module 15-25 µs more a call
+    than a function's on as many tensors). The sides then differ by about a frame a call,
+    which bounds what the race costs. Each call runs one side only, in blocks of ``BLOCK``
+    calls, as a
     program calls them; each block's first call, which pays for what the other side left
     behind, is not counted. After ``BLOCKS`` blocks a side, eager wins (the decision is
     adopted) where its median leads by the noise of the calls' times (``noise_margin`` of the
@@ -283,8 +282,9 @@ class CallRace:
             note(describe(choice, number, compiled) + ", timed at the user's calls" +
                  ("; ollie.optimize calls the function directly" if choice.adopted else ""))
 
-        note(f"graph {number}: eager PyTorch does not clearly beat {compiled}: the first "
-             f"{2 * cls.BLOCK * cls.BLOCKS} calls time both as they run, each running one")
+        note(f"graph {number}: eager PyTorch and {compiled} differ by about Dynamo's frame: "
+             f"the first {2 * cls.BLOCK * cls.BLOCKS} calls time both as they run, each "
+             "running one")
         return cls(settled)
 
     def run(self, eager: Callable[[], Any], compiled: Callable[[], Any]):

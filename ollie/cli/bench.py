@@ -200,6 +200,9 @@ def run_case(case: "Case", scale: float, repeat: int, budget_s: float,
         with torch.no_grad():
             out = optimized(*args)
     row["ollie_warmup_s"] = round(time.perf_counter() - t0, 3)
+    with torch.no_grad():
+        while optimized.racing:  # eager against compiled at the first calls: not yet settled
+            optimized(*args)
     row["max_rel_error"] = max_relative_error(out, expected)
     row["allowed_error"] = tolerance(fn, args, expected)
     row["match"] = row["max_rel_error"] <= row["allowed_error"]

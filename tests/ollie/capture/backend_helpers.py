@@ -1,9 +1,6 @@
 """A small graph and a stand-in timing, shared by the backend's path tests."""
-import time
-
 import torch
 
-from ollie.capture import eager_or_compiled
 from ollie.cost import measure
 
 
@@ -24,15 +21,3 @@ def timing(compiled_s, eager_s):
 
 def compile_with(backend, fn=elementwise):
     return torch.compile(fn, backend=backend)
-
-
-def compiled_wins_races(monkeypatch):
-    """Races of eager against the compile at the user's calls (``CallRace``) run as they do,
-    with eager 2 ms slower a call: the compile wins them. Returns the calls a race takes."""
-    run = eager_or_compiled.CallRace.run
-
-    def eager_slowed(self, eager, compiled):
-        return run(self, lambda: time.sleep(2e-3) or eager(), compiled)
-    monkeypatch.setattr(eager_or_compiled.CallRace, "run", eager_slowed)
-    race = eager_or_compiled.CallRace
-    return 2 * race.BLOCK * race.BLOCKS
