@@ -258,11 +258,11 @@ class CallRace:
     of a module's submodules and parameters cost a two-Linear module 15-25 µs more a call
     than a function's on as many tensors). The sides then differ by about a frame a call,
     which bounds what the race costs. Each call runs one side only, in blocks of ``BLOCK``
-    calls, as a
-    program calls them; each block's first call, which pays for what the other side left
-    behind, is not counted. After ``BLOCKS`` blocks a side, eager wins (the decision is
-    adopted) where its median leads by the noise of the calls' times (``noise_margin`` of the
-    larger relative half inter-quartile range), and ``settled(decision)`` is told."""
+    calls, as a program calls them; each block's first call, which pays for what the other
+    side left behind, is not counted. After ``BLOCKS`` blocks a side, eager wins (the
+    decision is adopted) where its median leads by the noise of the calls' times
+    (``noise_margin`` of the larger relative half inter-quartile range), and
+    ``settled(decision)`` is told."""
     BLOCK, BLOCKS = 4, 4
 
     def __init__(self, settled: Callable[[Decision], None], clock=time.perf_counter):
