@@ -145,7 +145,7 @@ class OptimizedFunction(functools.partial):
                        functools.partial(self._compiled, *args, **kwargs))
         if race.decision is not None:
             self._race = None
-            if race.decision.adopted:
+            if race.decision.adopted and race.covers is None:  # (else: in eager_sizes)
                 self._call(self.fn)
             elif not self.backend.eager_sizes:
                 self._call(self._compiled)
@@ -267,7 +267,7 @@ def _optimize_module(module: torch.nn.Module, options: Options,
         ran faster, or at sizes where it did (``backend.eager_sizes``)."""
         return bool(eager_at or backend.eager_sizes) and not torch.is_grad_enabled() and (
             _signature(args, kwargs) in eager_at or
-            any(sizes.holds((module, *args), kwargs) for sizes in backend.eager_sizes))
+            any(sizes.holds(args, kwargs) for sizes in backend.eager_sizes))
 
     def forward(*args, **kwargs):
         """Through Dynamo, bracketed to record its graph breaks and where eager won. (A

@@ -41,8 +41,7 @@ from ollie.options import Options
 # The cache key suffix of the regions' rewrite against the graph substitutions alone
 ALTERNATIVE = "-substitutions-alone"
 
-# A graph with symbolic sizes that runs eagerly is kept to sizes up to this factor of the
-# measured ones (``OllieBackend._run_eagerly``).
+# A graph with symbolic sizes runs eagerly at sizes up to this factor of the measured ones
 EAGER_RANGE = 2
 
 
@@ -171,11 +170,13 @@ class OllieBackend:
             return compiled
         else:
             store = cache.Cache(self.options.cache_dir) if self.options.cache else None
+            directly, covers = eager_or_compiled.direct_calls(gm, example_inputs, EAGER_RANGE) \
+                if self.calls_skipped_directly else (False, None)
             try:
                 with real_computation():
                     choice = eager_or_compiled.choose(
                         gm, compiled, example_inputs, self.options.measure_cap_s, store,
-                        self._choice_key(gm, example_inputs), self.calls_skipped_directly)
+                        self._choice_key(gm, example_inputs), directly)
             except DYNAMO_CONTROL:
                 raise
             except Exception:  # the graph does not run on sample data: keep the compile
@@ -183,7 +184,7 @@ class OllieBackend:
         if choice.outcome is Outcome.MEASURED:  # within a frame's cost: timed at the calls
             self.race = eager_or_compiled.CallRace.of_graph(
                 number, self._compiled_artifact(number), store,
-                self._choice_key(gm, example_inputs), self._note)
+                self._choice_key(gm, example_inputs), self._note, covers, self.eager_sizes)
             return compiled
         if choice.adopted:  # the graph run eagerly
             return self._eager_below(gm, compiled, choice, number, example_inputs) or \

@@ -9,8 +9,10 @@ artifact only when it is faster beyond the comparison's noise (``decision.noise_
 Where that graph is a whole function of the user's, Dynamo is asked to skip the function
 (its frame and guards cost more than many a small kernel). Where ``ollie.optimize`` calls
 the function and the two differ by about that frame, its first calls time both as they run
-(``CallRace``): no probe prices a module's guards well. The choice is stored in the disk
-cache: a second process neither measures nor, when eager won, compiles.
+(``CallRace``): no probe prices a module's guards well. At symbolic sizes an eager win
+covers the sizes near the measured ones (``EagerSizes``), which ``ollie.optimize`` then calls
+directly. The choice is stored in the disk cache: a second process neither measures nor,
+when eager won, compiles.
 
 Training graphs keep the compiled artifact: their backward is compiled with the forward, and
 one forward timing would not judge both.
@@ -28,7 +30,7 @@ import torch
 import torch.fx as fx
 
 from ollie import cache
-from ollie.capture import frozen
+from ollie.capture import frozen, size_range
 from ollie.capture.samples import sample_like
 from ollie.capture.symbolic import has_symbolic_sizes
 from ollie.cost import measure
@@ -85,17 +87,23 @@ def wraps_torch_function(code) -> bool:
 @dataclass(frozen=True)
 class EagerSizes:
     """The calls of a whole function that a graph chosen to run eagerly covers, checked on
-    the function's own arguments: per tensor argument (its position, its name), a size range
-    per dim (a fixed size, or a size symbol's range). Dynamo cannot skip a function whose
-    graph has symbolic sizes (it would skip every size), so ``ollie.optimize`` calls the
-    function directly where this holds, without Dynamo's frame and guards (20–50 µs a call
-    on a 2-core CPU). Outside it, Dynamo's guards decide as before."""
+    the arguments the function is called with (a method's or a module's without ``self``):
+    per tensor argument (its position, its name), a size range per dim (a fixed size, or a
+    size symbol's range). Dynamo cannot skip a function whose graph has symbolic sizes (it
+    would skip every size), so ``ollie.optimize`` calls the function directly where this
+    holds, without Dynamo's frame and guards (20–50 µs a call on a 2-core CPU). Outside it,
+    Dynamo's guards decide as before. ``with_weights``: the graph also read tensors that are
+    not arguments (a module's parameters): it was chosen for inference, so calls under grad
+    are not covered."""
     arguments: tuple[tuple[int, str, tuple[int, ...], tuple[int, ...]], ...]  # low, high
+    with_weights: bool = False
 
     def holds(self, args: tuple, kwargs: dict) -> bool:
         grad = torch.is_grad_enabled()  # (the graph was chosen for inference)
+        if grad and self.with_weights:
+            return False
         for position, name, low, high in self.arguments:
-            t = args[position] if position < len(args) else kwargs.get(name)
+            t = args[position] if 0 <= position < len(args) else kwargs.get(name)
             if not isinstance(t, torch.Tensor) or (grad and t.requires_grad):
                 return False
             shape = t.shape
@@ -111,24 +119,30 @@ class EagerSizes:
 
 def eager_sizes(gm: fx.GraphModule, example_inputs, bounds: dict) -> EagerSizes | None:
     """The calls the graph covers when its size symbols are kept to ``bounds`` (each one's
-    highest size, as ``size_range.guard_near_hints`` guards them); None where an input of
-    the graph is not a tensor argument of the function being compiled (a global, a
-    closure, a module's parameter) or a size of one, or a dim's size is an expression of
-    symbols or a symbol without a bound."""
-    from torch._dynamo.source import LocalSource, TensorPropertySource
+    highest size, as ``size_range.near_hints`` bounds them); None where a tensor with a
+    symbolic size is not an argument of the function being compiled (a global, a closure),
+    or a dim's size is an expression of symbols or a symbol without a bound. Tensors of
+    fixed sizes that are not arguments (a module's parameters) are read as they are."""
+    from torch._dynamo.source import TensorPropertySource
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
-    code = InstructionTranslator.current_tx().f_code
+    frame = InstructionTranslator.current_tx()
+    code = frame.f_code
     names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-    arguments = []
+    arguments, with_weights = [], False
     for node, x in zip(gm.graph.find_nodes(op="placeholder"), example_inputs):
         x = node.meta.get("example_value", x)  # Dynamo's fake value: its sizes are symbolic
         source = getattr(node.meta.get("grapharg"), "source", None)
         if isinstance(source, TensorPropertySource):
             continue  # a size of a tensor argument: checked with that argument
-        if not (isinstance(source, LocalSource) and source.local_name in names and
-                isinstance(x, torch.Tensor)):
+        if not isinstance(x, torch.Tensor):
             return None
+        position, name = _argument(source, code, names)
+        if position is None:
+            if any(isinstance(size, torch.SymInt) for size in x.shape):
+                return None
+            with_weights = True
+            continue
         low, high = [], []
         for size in x.shape:
             if not isinstance(size, torch.SymInt):
@@ -140,11 +154,48 @@ def eager_sizes(gm: fx.GraphModule, example_inputs, bounds: dict) -> EagerSizes 
                 high.append(bounds[size.node.expr])
             else:
                 return None
+        if position > 0 and _bound_self(frame):
+            position -= 1  # the call's arguments do not include ``self``
+        arguments.append((position, name, tuple(low), tuple(high)))
+    return EagerSizes(tuple(arguments), with_weights)
+
+
+def direct_calls(gm: fx.GraphModule, example_inputs, factor: int
+                 ) -> tuple[bool, EagerSizes | None]:
+    """Whether ``ollie.optimize`` (which calls a function itself where eager won) could call
+    the function ``gm`` is all of directly: at static sizes, or at symbolic sizes near their
+    hints (up to ``factor`` times them), where the ``EagerSizes`` are those calls."""
+    if not has_symbolic_sizes(example_inputs):
+        return True, None
+    covers = eager_sizes(gm, example_inputs, size_range.near_hints(example_inputs, factor)) \
+        if whole_user_function(gm) else None
+    return covers is not None, covers
+
+
+def _argument(source, code, names: tuple[str, ...]) -> tuple[int | None, str]:
+    """The position and name among the frame's arguments of the tensor ``source`` reads: a
+    parameter (a keyword-only one at -1: found by name), or an item of its ``*args``;
+    (None, "") for anything else."""
+    from torch._dynamo.source import GetItemSource, LocalSource
+    import inspect
+
+    if isinstance(source, LocalSource) and source.local_name in names:
         position = names.index(source.local_name)
-        if position >= code.co_argcount:
-            position = len(names)  # keyword-only: found by name
-        arguments.append((position, source.local_name, tuple(low), tuple(high)))
-    return EagerSizes(tuple(arguments))
+        return (position if position < code.co_argcount else -1), source.local_name
+    if code.co_flags & inspect.CO_VARARGS and isinstance(source, GetItemSource) and \
+            isinstance(source.base, LocalSource) and isinstance(source.index, int) and \
+            source.base.local_name == code.co_varnames[len(names)]:
+        return code.co_argcount + source.index, ""
+    return None, ""
+
+
+def _bound_self(frame) -> bool:
+    """Whether the frame is a method's called on its object (``forward`` of a module):
+    its first argument is then not among the call's arguments."""
+    code = frame.f_code
+    owner = frame.f_locals.get(code.co_varnames[0])
+    method = getattr(type(owner), code.co_name, None)
+    return getattr(method, "__code__", None) is code
 
 
 def calls_other_functions() -> bool:
@@ -196,15 +247,16 @@ def choose(gm: fx.GraphModule, compiled, example_inputs, budget_s: float,
     function at static sizes that calls no other, or one ``ollie.optimize`` calls), each
     side is first charged the Python the timing leaves out: the compiled side Dynamo's
     frame and guards on every call (``called_directly``: ``ollie.optimize`` then calls the
-    function itself, without torch.compile's wrapper either), the eager side the calls of
-    the modules it runs. Where ``ollie.optimize`` calls the function and the frame's cost
-    could decide, nothing is decided (``Outcome.MEASURED``): a ``CallRace`` times both at the
-    user's calls. ``at``: sizes for the size symbols, instead of their hints."""
+    function itself, without torch.compile's wrapper either, at symbolic sizes where an
+    ``EagerSizes`` covers the call), the eager side the calls of the modules it runs.
+    Where ``ollie.optimize`` calls the function and the frame's cost could decide, nothing
+    is decided (``Outcome.MEASURED``): a ``CallRace`` times both at the user's calls.
+    ``at``: sizes for the size symbols, instead of their hints."""
     inputs = sample_like(example_inputs, at)
     if isinstance(compiled, frozen.FrozenWeights):  # timed as it runs: on its weights
         inputs = compiled.with_weights(inputs)
-    skippable = whole_user_function(gm) and not has_symbolic_sizes(example_inputs) and \
-        (called_directly or not calls_other_functions())
+    skippable = whole_user_function(gm) and (called_directly or not calls_other_functions()
+                                             and not has_symbolic_sizes(example_inputs))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         timing = measure.compare(lambda: compiled(*inputs), lambda: gm.forward(*inputs),
                                  budget_s=budget_s)
@@ -265,27 +317,33 @@ class CallRace:
     ``settled(decision)`` is told."""
     BLOCK, BLOCKS = 4, 4
 
-    def __init__(self, settled: Callable[[Decision], None], clock=time.perf_counter):
+    def __init__(self, settled: Callable[[Decision], None], clock=time.perf_counter,
+                 covers: EagerSizes | None = None):
         self.settled, self.clock = settled, clock
+        self.covers = covers  # the calls an eager win covers (None: the raced signature's)
         self.calls = 0
         self.times: tuple[list[float], list[float]] = ([], [])  # compiled's, eager's
         self.decision: Decision | None = None
 
     @classmethod
     def of_graph(cls, number: int, compiled: str, store: cache.Cache | None, key: str,
-                 note: Callable[[str], None]) -> CallRace:
+                 note: Callable[[str], None], covers: EagerSizes | None,
+                 eager_sizes: list[EagerSizes]) -> CallRace:
         """The race of graph ``number`` (whose compiled artifact ``compiled`` names), noted
-        now and when settled, its outcome stored under ``key``."""
+        now and when settled, its outcome stored under ``key``; an eager win adds what it
+        ``covers`` (of a graph with symbolic sizes) to ``eager_sizes``."""
         def settled(choice: Decision) -> None:
             if store is not None:
                 store.put(key, choice.entry())
+            if choice.adopted and covers is not None:
+                eager_sizes.append(covers)
             note(describe(choice, number, compiled) + ", timed at the user's calls" +
                  ("; ollie.optimize calls the function directly" if choice.adopted else ""))
 
         note(f"graph {number}: eager PyTorch and {compiled} differ by about Dynamo's frame: "
              f"the first {2 * cls.BLOCK * cls.BLOCKS} calls time both as they run, each "
              "running one")
-        return cls(settled)
+        return cls(settled, covers=covers)
 
     def run(self, eager: Callable[[], Any], compiled: Callable[[], Any]):
         side = self.calls // self.BLOCK % 2  # compiled first: it has just run (compiling)

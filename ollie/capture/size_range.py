@@ -103,18 +103,26 @@ def _record(condition: torch.SymBool) -> None:
 
 def guard_near_hints(example_inputs, factor: int) -> dict[sympy.Symbol, int]:
     """Guard every size symbol of ``example_inputs`` to at most ``factor`` times its hint;
-    those bounds (empty when the sizes are static)."""
+    those bounds (``near_hints``; empty when the sizes are static)."""
+    held, guarded = near_hints(example_inputs, factor), set()
+    for x in example_inputs:
+        for size in x.shape if isinstance(x, torch.Tensor) else [x]:
+            if isinstance(size, torch.SymInt) and size.node.expr in held.keys() - guarded:
+                guarded.add(size.node.expr)
+                _record(size <= held[size.node.expr])
+    return held
+
+
+def near_hints(example_inputs, factor: int) -> dict[sympy.Symbol, int]:
+    """Each size symbol of ``example_inputs`` (a dim's whole size) -> ``factor`` times its
+    hint."""
     held = {}
     for x in example_inputs:
-        sizes = x.shape if isinstance(x, torch.Tensor) else [x]
-        for size in sizes:
-            if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
-                continue
-            symbol = size.node.expr
-            if symbol not in held:
-                high = factor * int(size.node.shape_env.backed_var_to_val[symbol])
-                _record(size <= high)
-                held[symbol] = high
+        for size in x.shape if isinstance(x, torch.Tensor) else [x]:
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                symbol = size.node.expr
+                held.setdefault(symbol,
+                                factor * int(size.node.shape_env.backed_var_to_val[symbol]))
     return held
 
 

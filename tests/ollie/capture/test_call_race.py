@@ -98,3 +98,64 @@ def test_a_function_follows_its_race(monkeypatch):
             assert torch.allclose(f(x, w), affine_tanh(x, w), atol=1e-6)
             assert f.racing == (k < 2 * race.BLOCK * race.BLOCKS)
     assert f.runs_eagerly and len(calls) == 1 + race.BLOCK * race.BLOCKS, f.backend.notes
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return x + self.linear(x)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)), Residual])
+def test_at_symbolic_sizes_an_eager_win_covers_sizes_near_the_raced_one(monkeypatch, make):
+    """Dynamo compiles the second size's graph with symbolic sizes: its race covers the
+    sizes up to twice the raced one (the module then called directly), not those beyond."""
+    calls = []
+    slow_compile(monkeypatch, calls)
+    torch.manual_seed(0)
+    model = make().eval()
+    m = ollie.optimize(model, measure_cap_s=0.05, cache=False)
+    race = eager_or_compiled.CallRace
+    per_size = 1 + race.BLOCK * race.BLOCKS  # the compiling call, the race's compiled calls
+    with torch.no_grad():
+        for rows in (4, 6):
+            x = torch.randn(rows, 16)
+            for _ in range(1 + 2 * race.BLOCK * race.BLOCKS):
+                assert torch.allclose(m(x), model(x), atol=1e-6)
+        assert len(calls) == 2 * per_size and m.ollie_backend.eager_sizes, \
+            m.ollie_backend.notes
+        for rows in (3, 9, 12):  # eager, without Dynamo
+            x = torch.randn(rows, 16)
+            assert torch.allclose(m(x), model(x), atol=1e-6)
+        assert len(calls) == 2 * per_size
+        x = torch.randn(13, 16)  # beyond: the compile
+        assert torch.allclose(m(x), model(x), atol=1e-6)
+        assert len(calls) == 2 * per_size + 1
+
+
+def test_a_function_at_symbolic_sizes_runs_eagerly_only_near_its_race(monkeypatch):
+    calls = []
+    slow_compile(monkeypatch, calls)
+
+    def gate(x, w):
+        return torch.sigmoid(x @ w) * x
+
+    f = ollie.optimize(eager_or_compiled.own_code(gate, "race_symbolic_gate"),
+                       measure_cap_s=0.05, cache=False)
+    w = torch.randn(16, 16)
+    race = eager_or_compiled.CallRace
+    x = torch.randn(6, 16)
+    torch._dynamo.mark_dynamic(x, 0)
+    with torch.no_grad():
+        for _ in range(1 + 2 * race.BLOCK * race.BLOCKS):
+            assert torch.allclose(f(x, w), gate(x, w), atol=1e-6)
+        ran = len(calls)
+        assert ran == 1 + race.BLOCK * race.BLOCKS
+        f(torch.randn(10, 16), w)
+        assert len(calls) == ran and not f.runs_eagerly, f.backend.notes
+        f(torch.randn(13, 16), w)  # beyond twice the raced size: the compile
+        assert len(calls) == ran + 1
