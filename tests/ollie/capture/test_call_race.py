@@ -159,3 +159,32 @@ def test_a_function_at_symbolic_sizes_runs_eagerly_only_near_its_race(monkeypatc
         assert len(calls) == ran and not f.runs_eagerly, f.backend.notes
         f(torch.randn(13, 16), w)  # beyond twice the raced size: the compile
         assert len(calls) == ran + 1
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_eager_is_timed_at_the_calls_where_it_runs_a_kernel_the_graph_does_not_show(
+        monkeypatch, fast_path):
+    """nn.MultiheadAttention's eager inference runs one fused kernel; its captured graph, run
+    eagerly, runs its ops one by one: a compile 3× faster than that graph is still raced."""
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(1e-4, 3e-4))
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = torch.nn.MultiheadAttention(32, 4, batch_first=True) \
+                if fast_path else torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            return self.attention(x, x, x, need_weights=False)[0] if fast_path \
+                else self.attention(x)
+
+    torch.manual_seed(0)
+    model = Attention().eval()
+    m = ollie.optimize(model, measure_cap_s=0.05, cache=False)
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        assert torch.allclose(m(x), model(x), atol=1e-5)
+    race = eager_or_compiled.CallRace
+    raced = any(f"the first {2 * race.BLOCK * race.BLOCKS} calls time both" in n
+                for n in m.ollie_backend.notes)
+    assert raced == fast_path, m.ollie_backend.notes
