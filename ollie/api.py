@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from ollie.capture.backend import OllieBackend, register
-from ollie.capture.eager_or_compiled import CallRace
+from ollie.capture.eager_or_compiled import CallRace, EagerSizes, covered
 from ollie.capture.report import Explanation
 from ollie.options import Options
 
@@ -121,7 +121,7 @@ class OptimizedFunction(functools.partial):
 
     def _compiled_call(self, *args, **kwargs):
         eager_sizes = self.backend.eager_sizes
-        if eager_sizes and any(sizes.holds(args, kwargs) for sizes in eager_sizes):
+        if covered(eager_sizes, args, kwargs):
             return self.fn(*args, **kwargs)  # eager runs these sizes faster: no Dynamo
         if self._race is not None and not torch.is_grad_enabled() and \
                 self._race[0] == _signature(args, kwargs):
@@ -233,21 +233,27 @@ def _wrap(fn, options: Options, dynamic: bool | None = None):
 class OptimizedModule(torch._dynamo.eval_frame.OptimizedModule):
     """``torch.compile``'s module, whose calls that ``ollie_eager_won(args, kwargs)`` covers
     go to the module itself before torch's wrapper (its context and a second
-    ``Module.__call__``: ~17 µs a call on a 2-core CPU)."""
+    ``Module.__call__``: ~17 µs a call on a 2-core CPU), and so skip Dynamo's frame and
+    guards too (20-50 µs): calls without grad with the sizes of a call whose graph (all of
+    ``forward``) eager PyTorch ran faster, or in a range where it did
+    (``backend.eager_sizes``)."""
 
     # declared on the class, so that setting them (``_optimize_module``) lands on this
     # wrapper: torch's wrapper sets any other attribute on the user's module
-    ollie_eager_won = ollie_race = ollie_backend = explain = None
+    ollie_race = ollie_backend = explain = None
     ollie_module = None  # the user's module, outside ``_modules``: found without __getattr__
 
     def __call__(self, *args, **kwargs):
-        eager_won = self.ollie_eager_won
-        if eager_won is not None and eager_won(args, kwargs):
+        if covered(self.ollie_backend.eager_sizes, args, kwargs):  # (one check: see covered)
             return self.ollie_module(*args, **kwargs)
         if self.ollie_race is not None and (race := self.ollie_race(args, kwargs)):
             return race(functools.partial(self.ollie_module, *args, **kwargs),
                         functools.partial(super().__call__, *args, **kwargs))
         return super().__call__(*args, **kwargs)
+
+    def ollie_eager_won(self, args: tuple, kwargs: dict) -> bool:
+        """Whether the call goes to the module itself."""
+        return covered(self.ollie_backend.eager_sizes, args, kwargs)
 
 
 def _optimize_module(module: torch.nn.Module, options: Options,
@@ -256,18 +262,8 @@ def _optimize_module(module: torch.nn.Module, options: Options,
     backend.calls_skipped_directly = True  # where eager won, the module is called itself
     compiled = torch.compile(module, backend=backend, dynamic=dynamic)
     through_dynamo = compiled.forward
-    eager_at: set[tuple] = set()  # the arguments' signatures whose compile eager outran
     races: dict[tuple, CallRace] = {}  # ... whose compile eager may outrun by a frame
     breaks = _GraphBreaks()
-
-    def eager_won(args: tuple, kwargs: dict) -> bool:
-        """Whether a call runs the module itself, without Dynamo's frame and guards (20-50 µs
-        a call on a 2-core CPU, charged to the compile in the race): one without grad whose
-        arguments are like those of a call whose graph (all of ``forward``) eager PyTorch
-        ran faster, or at sizes where it did (``backend.eager_sizes``)."""
-        return bool(eager_at or backend.eager_sizes) and not torch.is_grad_enabled() and (
-            _signature(args, kwargs) in eager_at or
-            any(sizes.holds(args, kwargs) for sizes in backend.eager_sizes))
 
     def forward(*args, **kwargs):
         """Through Dynamo, bracketed to record its graph breaks and where eager won. (A
@@ -277,7 +273,8 @@ def _optimize_module(module: torch.nn.Module, options: Options,
         out = through_dynamo(*args, **kwargs)
         breaks.after_call(frames)
         if backend.graphs - graphs == backend.skipped_functions - skipped > 0:
-            eager_at.add(_signature(args, kwargs))  # each graph of the call was all of forward
+            # each graph of the call was all of forward
+            backend.eager_sizes.append(EagerSizes.of_module_call(args, kwargs))
         if backend.race is not None:
             races[_signature(args, kwargs)], backend.race = backend.race, None
         return out
@@ -292,12 +289,12 @@ def _optimize_module(module: torch.nn.Module, options: Options,
             return None
 
         def run(eager, compiled):
-            out = races[signature].run(eager, compiled)
-            decision = races[signature].decision
-            if decision is not None:
+            under_way = races[signature]
+            out = under_way.run(eager, compiled)
+            if under_way.decision is not None:
                 del races[signature]
-                if decision.adopted:
-                    eager_at.add(signature)
+                if under_way.decision.adopted and under_way.covers is None:
+                    backend.eager_sizes.append(EagerSizes.of_module_call(args, kwargs))
             return out
         return run
 
@@ -307,7 +304,7 @@ def _optimize_module(module: torch.nn.Module, options: Options,
         return Explanation(type(module).__name__, backend, dict(breaks.seen))
 
     compiled.__class__ = OptimizedModule
-    compiled.forward, compiled.ollie_eager_won, compiled.ollie_race = forward, eager_won, race
+    compiled.forward, compiled.ollie_race = forward, race
     compiled.explain, compiled.ollie_backend = explain, backend
     object.__setattr__(compiled, "ollie_module", module)  # not a second submodule
     return compiled

@@ -98,9 +98,18 @@ class EagerSizes:
     arguments: tuple[tuple[int, str, tuple[int, ...], tuple[int, ...]], ...]  # low, high
     with_weights: bool = False
 
-    def holds(self, args: tuple, kwargs: dict) -> bool:
-        grad = torch.is_grad_enabled()  # (the graph was chosen for inference)
-        if grad and self.with_weights:
+    @classmethod
+    def of_module_call(cls, args: tuple, kwargs: dict) -> EagerSizes:
+        """Exactly the sizes of this call's tensor arguments (a module's: it reads weights)."""
+        arguments = [(i, "", tuple(t.shape), tuple(t.shape)) for i, t in enumerate(args)
+                     if isinstance(t, torch.Tensor)]
+        arguments += [(-1, name, tuple(t.shape), tuple(t.shape))
+                      for name, t in kwargs.items() if isinstance(t, torch.Tensor)]
+        return cls(tuple(arguments), with_weights=True)
+
+    def holds(self, args: tuple, kwargs: dict, grad: bool) -> bool:
+        """Whether the call is covered; ``grad``: whether grad mode is on."""
+        if grad and self.with_weights:  # (the graph was chosen for inference)
             return False
         for position, name, low, high in self.arguments:
             t = args[position] if 0 <= position < len(args) else kwargs.get(name)
@@ -115,6 +124,19 @@ class EagerSizes:
                 if n < a or n > b:
                     return False
         return True
+
+
+def covered(eager_sizes: list[EagerSizes], args: tuple, kwargs: dict) -> bool:
+    """Whether one of ``eager_sizes`` covers the call. (Plain loops, no generator: on a 2-core
+    CPU, whose other core spins for the last kernel's threads, Python run before a call costs
+    several times its own time: ``any`` over a generator added 4 µs to a 33 µs module.)"""
+    if not eager_sizes:
+        return False
+    grad = torch.is_grad_enabled()
+    for sizes in eager_sizes:
+        if sizes.holds(args, kwargs, grad):
+            return True
+    return False
 
 
 def eager_sizes(gm: fx.GraphModule, example_inputs, bounds: dict) -> EagerSizes | None:

@@ -113,8 +113,8 @@ def test_below_a_branch_that_runs_eagerly_optimize_calls_the_function_itself(mon
             a = torch.randn(rows, 512, generator=g)
             assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-2), rows
         (sizes,) = f.backend.eager_sizes
-        assert sizes.holds((torch.randn(63, 512), b, c), {}) and \
-            not sizes.holds((torch.randn(64, 512), b, c), {})
+        assert sizes.holds((torch.randn(63, 512), b, c), {}, False) and \
+            not sizes.holds((torch.randn(64, 512), b, c), {}, False)
         monkeypatch.setattr(f, "_compiled", lambda *a: pytest.fail("went through Dynamo"))
         a = torch.randn(16, 512, generator=g)
         assert torch.allclose(f(a, b, c), chain(a, b, c), rtol=1e-3, atol=1e-2)
