@@ -23,7 +23,8 @@ from typing import Callable
 import torch
 
 from ollie.capture.backend import OllieBackend, register
-from ollie.capture.eager_or_compiled import CallRace, EagerSizes, covered
+from ollie.capture.direct_calls import EagerSizes, covered
+from ollie.capture.eager_or_compiled import CallRace
 from ollie.capture.report import Explanation
 from ollie.options import Options
 

@@ -29,8 +29,8 @@ from typing import Callable
 import torch
 
 from ollie import cache, log, progress
-from ollie.capture import compilers, eager_or_compiled, folding, frozen, generated_rules, \
-    graph_pass, rewrite, second_compile, size_branches, size_range, substitution
+from ollie.capture import compilers, direct_calls, eager_or_compiled, folding, frozen, \
+    generated_rules, graph_pass, rewrite, second_compile, size_branches, size_range, substitution
 from ollie.capture.samples import real_computation, unsupported
 from ollie.capture.size_branches import DYNAMO_CONTROL, give_output_strides, take_output_strides
 from ollie.capture.report import graph_line
@@ -58,7 +58,7 @@ class OllieBackend:
         self.notes: list[str] = []      # what runs a whole Dynamo graph when not Ollie, and why
         self.graphs = 0                 # graphs Dynamo handed over
         self.skipped_functions = 0      # whole functions left to eager PyTorch
-        self.eager_sizes: list[eager_or_compiled.EagerSizes] = []  # ... at these sizes
+        self.eager_sizes: list[direct_calls.EagerSizes] = []  # ... at these sizes
         self.inner_calls = 0            # ATen graphs that reached Ollie's rewrite
         self.frozen_graphs: dict[int, bool] = {}  # weights frozen in: graph -> into a rewrite
         # graph -> Ollie's adopted rewrite of its inference graph (what freezing compiles)
@@ -78,7 +78,7 @@ class OllieBackend:
         number = self.graphs
         self._direct_bounds, self._uncompiled_outside = {}, None
         self._whole_function = self.calls_skipped_directly and \
-            eager_or_compiled.whole_user_function(gm)
+            direct_calls.whole_user_function(gm)
         if reason := unsupported(example_inputs):
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
         if self.options.inductor:
@@ -170,7 +170,7 @@ class OllieBackend:
             return compiled
         else:
             store = cache.Cache(self.options.cache_dir) if self.options.cache else None
-            directly, covers = eager_or_compiled.direct_calls(gm, example_inputs, EAGER_RANGE) \
+            directly, covers = direct_calls.direct_calls(gm, example_inputs, EAGER_RANGE) \
                 if self.calls_skipped_directly else (False, None)
             try:
                 with real_computation():
@@ -213,8 +213,8 @@ class OllieBackend:
         """Whether ``ollie.optimize`` (which calls skipped functions itself) may call the
         function of the user's that ``gm`` is all of, without Dynamo, at the sizes ``bounds``
         (symbol -> highest) where it runs eagerly."""
-        covered = self.calls_skipped_directly and eager_or_compiled.whole_user_function(gm) \
-            and eager_or_compiled.eager_sizes(gm, example_inputs, bounds)
+        covered = self.calls_skipped_directly and direct_calls.whole_user_function(gm) \
+            and direct_calls.eager_sizes(gm, example_inputs, bounds)
         if covered:
             self.eager_sizes.append(covered)
         return bool(covered)
@@ -247,7 +247,7 @@ class OllieBackend:
             self._note(told + f"; at sizes {held}" +
                        ("; ollie.optimize calls the function directly there" if covered else ""))
             return gm.forward
-        if eager_or_compiled.whole_user_function(gm):
+        if direct_calls.whole_user_function(gm):
             self.skipped_functions += 1
             if eager_or_compiled.calls_other_functions():
                 self._note(told + "; the function runs eagerly from now on" +
