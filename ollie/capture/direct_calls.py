@@ -51,9 +51,10 @@ class EagerSizes:
     size symbol's range). Dynamo cannot skip a function whose graph has symbolic sizes (it
     would skip every size), so ``ollie.optimize`` calls the function directly where this
     holds, without Dynamo's frame and guards (20–50 µs a call on a 2-core CPU). Outside it,
-    Dynamo's guards decide as before. ``with_weights``: the graph also read tensors that are
-    not arguments (a module's parameters): it was chosen for inference, so calls under grad
-    are not covered."""
+    Dynamo's guards decide as before. (A module's eager win at static sizes covers exactly
+    its call's sizes: ``of_module_call``.) ``with_weights``: the graph also read tensors that
+    are not arguments (a module's parameters): it was chosen for inference, so calls under
+    grad are not covered."""
     arguments: tuple[tuple[int, str, tuple[int, ...], tuple[int, ...]], ...]  # low, high
     with_weights: bool = False
 
