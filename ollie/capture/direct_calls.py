@@ -127,9 +127,9 @@ def eager_sizes(gm: fx.GraphModule, example_inputs, bounds: dict) -> EagerSizes 
             continue
         low, high = [], []
         for size in x.shape:
-            if not isinstance(size, torch.SymInt):
-                low.append(size)
-                high.append(size)
+            if not isinstance(size, torch.SymInt) or size.node.expr.is_number:  # (guarded)
+                low.append(int(size))
+                high.append(int(size))
             elif size.node.expr in bounds:
                 lower = size.node.shape_env.var_to_range[size.node.expr].lower
                 low.append(max(2, int(lower)))  # sizes 0 and 1 are specialised

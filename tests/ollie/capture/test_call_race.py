@@ -188,3 +188,20 @@ def test_eager_is_timed_at_the_calls_where_it_runs_a_kernel_the_graph_does_not_s
     raced = any(f"the first {2 * race.BLOCK * race.BLOCKS} calls time both" in n
                 for n in m.ollie_backend.notes)
     assert raced == fast_path, m.ollie_backend.notes
+
+
+def test_a_sequential_compiled_after_another_is_called_directly_where_eager_won(monkeypatch):
+    """Every nn.Sequential is compiled through one wrapper frame of Dynamo's, which remembers
+    the sizes it saw: the second module's first graph has symbolic sizes, some guarded to
+    constants (its channels), and its eager win still covers its calls."""
+    monkeypatch.setattr(measure, "compare", lambda *a, **k: timing(2e-4, 1e-4))
+    torch.manual_seed(0)
+    first = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU()).eval()
+    second = torch.nn.Sequential(torch.nn.Conv1d(8, 16, 3), torch.nn.ReLU()).eval()
+    optimized = [ollie.optimize(m, measure_cap_s=0.05, cache=False) for m in (first, second)]
+    with torch.no_grad():
+        for rows in (4, 6):
+            optimized[0](torch.randn(rows, 32))
+        x = torch.randn(1, 8, 20)
+        assert torch.allclose(optimized[1](x), second(x), atol=1e-6)
+        assert optimized[1].ollie_eager_won((x,), {}), optimized[1].ollie_backend.notes
