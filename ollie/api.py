@@ -241,16 +241,28 @@ class OptimizedModule(torch._dynamo.eval_frame.OptimizedModule):
 
     # declared on the class, so that setting them (``_optimize_module``) lands on this
     # wrapper: torch's wrapper sets any other attribute on the user's module
-    ollie_race = ollie_backend = explain = None
+    ollie_backend = explain = None
     ollie_module = None  # the user's module, outside ``_modules``: found without __getattr__
+    ollie_races: dict | None = None  # arguments' signature -> the race under way there
 
     def __call__(self, *args, **kwargs):
         if covered(self.ollie_backend.eager_sizes, args, kwargs):  # (one check: see covered)
             return self.ollie_module(*args, **kwargs)
-        if self.ollie_race is not None and (race := self.ollie_race(args, kwargs)):
-            return race(functools.partial(self.ollie_module, *args, **kwargs),
-                        functools.partial(super().__call__, *args, **kwargs))
+        if self.ollie_races and not torch.is_grad_enabled() and \
+                (signature := _signature(args, kwargs)) in self.ollie_races:
+            return self._ollie_race(signature, args, kwargs)
         return super().__call__(*args, **kwargs)
+
+    def _ollie_race(self, signature: tuple, args: tuple, kwargs: dict):
+        """The call, as the race of eager against the compile at its signature runs it."""
+        race = self.ollie_races[signature]
+        out = race.run(functools.partial(self.ollie_module, *args, **kwargs),
+                       functools.partial(super().__call__, *args, **kwargs))
+        if race.decision is not None:
+            del self.ollie_races[signature]
+            if race.decision.adopted and race.covers is None:  # (else: in eager_sizes)
+                self.ollie_backend.eager_sizes.append(EagerSizes.of_module_call(args, kwargs))
+        return out
 
     def ollie_eager_won(self, args: tuple, kwargs: dict) -> bool:
         """Whether the call goes to the module itself."""
@@ -263,7 +275,7 @@ def _optimize_module(module: torch.nn.Module, options: Options,
     backend.calls_skipped_directly = True  # where eager won, the module is called itself
     compiled = torch.compile(module, backend=backend, dynamic=dynamic)
     through_dynamo = compiled.forward
-    races: dict[tuple, CallRace] = {}  # ... whose compile eager may outrun by a frame
+    races: dict[tuple, CallRace] = {}  # (``OptimizedModule.ollie_races``)
     breaks = _GraphBreaks()
 
     def forward(*args, **kwargs):
@@ -280,32 +292,13 @@ def _optimize_module(module: torch.nn.Module, options: Options,
             races[_signature(args, kwargs)], backend.race = backend.race, None
         return out
 
-    def race(args: tuple, kwargs: dict):
-        """The call's ``run`` of the race of eager against the compile at its arguments'
-        signature, if one is under way (without grad)."""
-        if not races or torch.is_grad_enabled():
-            return None
-        signature = _signature(args, kwargs)
-        if signature not in races:
-            return None
-
-        def run(eager, compiled):
-            under_way = races[signature]
-            out = under_way.run(eager, compiled)
-            if under_way.decision is not None:
-                del races[signature]
-                if under_way.decision.adopted and under_way.covers is None:
-                    backend.eager_sizes.append(EagerSizes.of_module_call(args, kwargs))
-            return out
-        return run
-
     def explain(*args, **kwargs) -> Explanation:
         if (args or kwargs) and not backend.graphs:
             compiled(*args, **kwargs)
         return Explanation(type(module).__name__, backend, dict(breaks.seen))
 
     compiled.__class__ = OptimizedModule
-    compiled.forward, compiled.ollie_race = forward, race
+    compiled.forward, compiled.ollie_races = forward, races
     compiled.explain, compiled.ollie_backend = explain, backend
     object.__setattr__(compiled, "ollie_module", module)  # not a second submodule
     return compiled

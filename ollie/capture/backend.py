@@ -66,7 +66,7 @@ class OllieBackend:
         self.on_graph: Callable[[], None] | None = None  # told first whenever handed a graph
         self.calls_skipped_directly = False  # a skipped function is called without Dynamo
         self.race: eager_or_compiled.CallRace | None = None  # for the caller to run: this
-        # compile's whole function, which eager or the compile may run faster by a frame
+        # compile's whole function, where the sample timing could not decide
         # this compile: is its graph a whole user function (callable without Dynamo); sizes
         # (symbol -> highest) it runs eagerly at; (symbol, low, high): the original outside
         self._whole_function, self._direct_bounds, self._uncompiled_outside = False, {}, None
@@ -181,7 +181,7 @@ class OllieBackend:
                 raise
             except Exception:  # the graph does not run on sample data: keep the compile
                 return compiled
-        if choice.outcome is Outcome.MEASURED:  # within a frame's cost: timed at the calls
+        if choice.outcome is Outcome.MEASURED:  # the samples cannot decide: timed at calls
             self.race = eager_or_compiled.CallRace.of_graph(
                 number, self._compiled_artifact(number), store,
                 self._choice_key(gm, example_inputs), self._note, covers, self.eager_sizes)

@@ -107,7 +107,8 @@ def guard_near_hints(example_inputs, factor: int) -> dict[sympy.Symbol, int]:
     held, guarded = near_hints(example_inputs, factor), set()
     for x in example_inputs:
         for size in x.shape if isinstance(x, torch.Tensor) else [x]:
-            if isinstance(size, torch.SymInt) and size.node.expr in held.keys() - guarded:
+            if isinstance(size, torch.SymInt) and size.node.expr in held and \
+                    size.node.expr not in guarded:
                 guarded.add(size.node.expr)
                 _record(size <= held[size.node.expr])
     return held
