@@ -108,9 +108,11 @@ def build(graph: fx.Graph, plan) -> fx.Node | None:
     if plan[0] == "scale":
         (op, number), inner = plan[1:]
         return graph.call_function(op, (build(graph, inner), number))
-    if plan[0] == "times":  # bᵀV = Vᵀb (a matrix-vector product: no matrix rule reads it)
-        transposed = graph.call_function(aten.permute.default, (plan[2], [1, 0]))
-        return graph.call_function(aten.mv.default, (transposed, build(graph, plan[1])))
+    if plan[0] == "times":  # bᵀV, as a one-row product (Inductor lowers no ``mv``: its
+        # decompositions take it apart before Ollie sees a graph)
+        row = graph.call_function(aten.unsqueeze.default, (build(graph, plan[1]), 0))
+        product = graph.call_function(aten.mm.default, (row, plan[2]))
+        return graph.call_function(aten.squeeze.dim, (product, 0))
     if plan[0] == "neg":
         return graph.call_function(aten.neg.default, (build(graph, plan[1]),))
     if plan[0] == "cat":  # an unbiased part's zeros: of the other part's dtype and device
