@@ -81,13 +81,12 @@ class OllieBackend:
             direct_calls.whole_user_function(gm)
         if reason := unsupported(example_inputs):
             return self._eager(gm, f"graph {number} runs eagerly: {reason}")
-        if self.options.inductor:
-            stored = self._stored_choice(gm, example_inputs)
-            if stored is not None and stored.adopted and \
-                    size_branches.eager_everywhere(gm, example_inputs,
-                                                   cache.Cache(self.options.cache_dir),
-                                                   self._choice_key(gm, example_inputs)):
-                return self._run_eagerly(gm, stored, number, example_inputs)  # won before
+        stored = self._stored_choice(gm, example_inputs) if self.options.inductor else None
+        if stored is not None and stored.adopted and \
+                size_branches.eager_everywhere(gm, example_inputs,
+                                               cache.Cache(self.options.cache_dir),
+                                               self._choice_key(gm, example_inputs)):
+            return self._run_eagerly(gm, stored, number, example_inputs)  # won before
         try:
             if not self.options.inductor:
                 return compilers.without_inductor(gm, example_inputs,
@@ -102,7 +101,7 @@ class OllieBackend:
         except DYNAMO_CONTROL:  # Dynamo's own control flow (restart the analysis, skip)
             raise
         except Exception as e:  # Ollie failed: Inductor's compile of the original graph
-            return self._inductor_alone(gm, example_inputs, number, e)
+            return self._inductor_alone(gm, example_inputs, number, e, stored)
         compiled = self._frozen_or(gm, compiled, example_inputs, number,
                                    frozen.mutates_inputs(traced))
         if self._uncompiled_outside:  # a size branch runs the original graph as it is
@@ -139,7 +138,8 @@ class OllieBackend:
             self.frozen_graphs[number] = artifact.of_rewrite
         return artifact
 
-    def _inductor_alone(self, gm, example_inputs, number: int, error: Exception):
+    def _inductor_alone(self, gm, example_inputs, number: int, error: Exception, stored):
+        """Inductor's compile of the original graph, or eager where that runs faster."""
         try:
             compiled = compilers.with_inductor(gm, example_inputs, None)
         except DYNAMO_CONTROL:
@@ -150,7 +150,7 @@ class OllieBackend:
         note = f"graph {number} runs Inductor's compile of the original: Ollie failed: " \
                f"{first_line(error)}"
         self._note(note, warn=True)
-        return compiled
+        return self._faster_of_eager(gm, compiled, example_inputs, number, stored)
 
     def _stored_choice(self, gm, example_inputs):
         if not (self.options.cache and eager_or_compiled.is_inference(example_inputs)):
