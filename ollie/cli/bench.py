@@ -30,9 +30,15 @@ MIN_SAMPLE_S = 10e-3  # calls per timing sample are batched until one sample tak
 
 
 def max_relative_error(got, expected) -> float:
-    """``ollie.numerics.max_relative_error``, imported when first used (it needs torch)."""
+    """``ollie.numerics.max_relative_error``, imported when first used (it needs torch); of
+    several outputs (a tuple, a list), the largest."""
+    from torch.utils._pytree import tree_flatten
+
     from ollie.numerics import max_relative_error as error
-    return error(got, expected)
+    (got, got_spec), (expected, spec) = tree_flatten(got), tree_flatten(expected)
+    if got_spec != spec:
+        return float("inf")
+    return max((error(g, e) for g, e in zip(got, expected)), default=0.0)
 
 
 def tolerance(fn, args, expected) -> float:
@@ -46,6 +52,10 @@ def tolerance(fn, args, expected) -> float:
             exact = fn(*map(widen, args))
     except Exception:  # float32 weights, or an op without float64: the dtype's tolerance
         exact = None
+    if isinstance(expected, (tuple, list)):  # several outputs: the strictest one's
+        exact = exact if isinstance(exact, (tuple, list)) else [None] * len(expected)
+        return min(allowed_error(e, x if isinstance(x, torch.Tensor) else None)
+                   for e, x in zip(expected, exact))
     if not isinstance(exact, torch.Tensor):
         return allowed_error(expected, None)
     return allowed_error(expected, exact,

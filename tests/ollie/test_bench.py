@@ -168,3 +168,14 @@ def test_first_call_child_reports_what_ollie_derived_reused_and_left(tmp_path):
     assert 0 < row["measure_s"] < row["seconds"]
     assert row["compares"] >= 1 and row["budget_s"] == 2.0  # one graph, the default budget
     assert 0 < row["derive_s"] and row["not_derived"] >= 0
+
+
+def test_a_case_with_several_outputs_compares_each():
+    import torch
+
+    from ollie.cli.bench import max_relative_error, tolerance
+    a, b = torch.randn(4), torch.randn(3)
+    assert max_relative_error((a, b), (a.clone(), b.clone())) == 0.0
+    assert max_relative_error((a, b + 1), (a, b)) > 0.1
+    assert max_relative_error((a,), (a, b)) == float("inf")
+    assert 0 < tolerance(lambda x: (x * 2, x.exp()), (a,), (a * 2, a.exp())) < 1e-3
