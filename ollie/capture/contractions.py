@@ -42,8 +42,10 @@ def counted(nodes) -> list[tuple[fx.Node, sympy.Expr]]:
 
 
 def work(nodes) -> list[tuple[str, str]]:
-    """The contractions' operators and flops, in a canonical order (no layouts)."""
-    return sorted((str(n.target.overloadpacket), str(count)) for n, count in counted(nodes))
+    """The contractions' operators and flops, in a canonical order (no layouts; a product
+    with its bias added is the product: ``WITH_BIAS``)."""
+    names = ((str(n.target.overloadpacket), count) for n, count in counted(nodes))
+    return sorted((WITH_BIAS.get(name, name), str(count)) for name, count in names)
 
 
 def signature(nodes) -> list[tuple]:

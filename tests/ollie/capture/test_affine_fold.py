@@ -36,3 +36,20 @@ def test_a_factor_per_position_of_the_sequence_does_not_fold_into_the_weights():
     new, applied = graph_rules.substitute(gm, fakes)
     assert applied == ["affine_into_matmul: mul.Tensor folded into mm.default"], applied
     torch.testing.assert_close(new(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_under_inductor_folds_that_leave_the_products_work_as_it_was_are_not_kept():
+    """A shift folded into a product makes ``mm`` an ``addmm`` of the same work; Inductor
+    fuses the addition in either form, so judging it would be a second compile for nothing."""
+    from ollie.capture import graph_pass, substitution
+
+    def fn(x, w, t):
+        return torch.tanh(x @ w + t)
+    args = (torch.randn(16, 32), torch.randn(32, 24), torch.randn(24))
+    gm, fakes = graph_of(fn, *args)
+    report = graph_pass.GraphReport("g")
+    assert substitution.substitute(gm, gm, fakes, report, inductor=True) is None
+    assert any("not kept" in line[2] for line in report.left), report.left
+    report = graph_pass.GraphReport("g")
+    assert substitution.substitute(gm, gm, fakes, report, inductor=False) is not None
+    assert report.substitutions == ["affine_into_matmul: add.Tensor folded into mm.default"]
