@@ -5,8 +5,8 @@ In an inference graph the parameters and buffers Dynamo passes in are the same t
 every call until the user changes them. Inductor's freezing compiles them in as constants:
 it folds what reads only weights (a batch norm into the convolution before it), lays out
 convolution and linear weights for the CPU's libraries once (oneDNN's packed formats) and
-fuses an activation into a convolution. On a 2-core CPU that ran a ResNet-18 1.5× and a BERT
-layer 1.15× as fast as Inductor's default compile, and a MobileNet 0.8× as fast: so the
+fuses an activation into a convolution. On a 2-core CPU that ran a ResNet-18 1.1–1.5× as
+fast as Inductor's default compile, and a MobileNet 0.8× as fast: so the
 frozen compile is timed against the other and kept only where it wins (the choice is stored
 in the disk cache). That compile is a second one, as long as the first or longer (18 s of an
 unrolled RNN cell's first call), so it is tried only where the graph's freezing passes, run
@@ -20,6 +20,11 @@ changes; here each call checks that every weight is the tensor that was frozen, 
 version it had (an in-place update -- an optimizer step, ``load_state_dict`` -- moves the
 version counter), and a call that finds one changed runs the unfrozen compile.
 (An update through ``.data`` bypasses the counter, as it does for Inductor's freezing.)
+
+On the CPU, what freezing gains is in convolutions (their weights packed, batch norms folded
+in); a graph without one is not frozen. The uncompiled probe found freezing slower on each
+such graph of the benches (0.39–0.82×: BERT and GPT-2 layers, an MLP-Mixer, SwiGLU, attention,
+RNN cells; linear weights packed for oneDNN), and the probe cost 1–2.3 s of a first call.
 
 A graph with symbolic sizes is not frozen: Inductor packs a linear layer's weight for MKL
 only for a fixed batch size, so with a symbolic one its frozen compile runs oneDNN's
@@ -89,6 +94,8 @@ def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None
     if held and has_symbolic_sizes(example_inputs):
         return compiled, "keeps its weights out of Inductor's compile: its sizes are " \
                          "symbolic, and freezing packs weights for fixed sizes only"
+    if held and not _convolves_on_cpu(gm, held):
+        return compiled, None
     decided = decisions.stored(store.get(key) if held and store is not None else None)
     decided = decided.outcome if decided else None
     if not held or decided is Outcome.NOT_FASTER or \
@@ -126,6 +133,17 @@ def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None
                       f"{timing.speedup:.2f}× the unfrozen compile's speed "
                       f"({timing.ollie_median * 1e3:.3f} ms vs {timing.eager_median * 1e3:.3f} "
                       "ms); a call whose weights changed runs the unfrozen compile")
+
+
+def _convolves_on_cpu(gm: fx.GraphModule, held: dict[int, torch.Tensor]) -> bool:
+    """Whether freezing could pay on this graph (Dynamo's, of torch functions and modules):
+    on a GPU, any graph; on the CPU, one with a convolution (see the module's docstring)."""
+    def convolves(node: fx.Node) -> bool:
+        called = gm.get_submodule(node.target) if node.op == "call_module" else node.target
+        name = getattr(called, "__name__", None) or type(called).__name__
+        return node.op in ("call_function", "call_module") and "conv" in name.lower()
+    return any(w.device.type != "cpu" for w in held.values()) or \
+        any(convolves(n) for n in gm.graph.nodes)
 
 
 def _same_inputs(graph: fx.GraphModule, example_inputs) -> bool:

@@ -91,6 +91,24 @@ def test_freezing_is_kept_only_where_faster_and_never_under_grad(monkeypatch, gr
     assert not backend.frozen_graphs and not any("freezes" in n for n in backend.notes)
 
 
+def test_on_the_cpu_a_graph_without_a_convolution_is_not_frozen(monkeypatch):
+    monkeypatch.setattr(frozen_mod, "compile_frozen", lambda *a: pytest.fail("frozen"))
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 4)).eval()
+    backend, x = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05)), \
+        torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x))
+    assert not backend.frozen_graphs and not any("weights" in n for n in backend.notes)
+    assert frozen_mod._convolves_on_cpu(*_dynamo_graph(ConvBN().eval(), torch.randn(1, 3, 4, 4)))
+
+
+def _dynamo_graph(model, x):
+    """(Dynamo's graph of ``model``, its weights as ``frozen.weights`` finds them)."""
+    graphs = []
+    torch.compile(model, backend=lambda gm, _: graphs.append(gm) or gm.forward)(x)
+    return graphs[0], frozen_mod.weights(graphs[0])
+
+
 def test_freezing_that_slows_the_graph_uncompiled_is_not_compiled(monkeypatch, tmp_path):
     """The frozen compile is a second compile: where the freezing passes, run uncompiled, make
     the graph slower, it is not tried, and a warm start does not try it either."""
