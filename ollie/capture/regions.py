@@ -217,7 +217,57 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
                                            for m in around):
         return f"a single {describe(lone[0])} with only elementwise work around it " \
                "(Inductor fuses that work in either form)"
+    if inductor and len(lone) > 1 and _apart(region, lone):
+        return f"{len(lone)} contractions with activations between them and only " \
+               "elementwise work around (no reassociation or common factor joins two)"
     return None
+
+
+def _apart(region: Region, contractions: list[fx.Node]) -> bool:
+    """Whether no derivation can change the work of ``region``'s contractions: around them
+    only layouts, picks of the region's inputs, constants and elementwise work, and no two
+    joined by linear steps alone (one's result an operand of the other: a reassociation;
+    both summed with an operand in common: a common factor). An unrolled RNN: each step's
+    products, summed, pass through an activation before the next step reads them."""
+    members = set(region.members)
+    for m in region.members:
+        if not (_contraction(m) or m.target.overloadpacket in PLAIN or _elementwise(m) or
+                (m.target.overloadpacket in PICKS and not set(m.all_input_nodes) & members)):
+            return False
+    reach = {c: _linear_reach(c, members) for c in contractions}
+    sources = {c: {_source(a, members) for a in c.all_input_nodes} for c in contractions}
+    for i, a in enumerate(contractions):
+        for b in contractions[i + 1:]:
+            if b in reach[a] or a in reach[b] or \
+                    (reach[a] & reach[b] and sources[a] & sources[b]):
+                return False
+    return True
+
+
+def _linear_reach(node: fx.Node, members: set) -> set[fx.Node]:
+    """The region's nodes that ``node``'s value reaches through linear steps (stopping at an
+    activation, a one-operand function no linear map passes through)."""
+    seen, todo = set(), list(node.users)
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in members:
+            continue
+        seen.add(n)
+        if not _activation(n):
+            todo.extend(n.users)
+    return seen
+
+
+def _activation(node: fx.Node) -> bool:
+    return _elementwise(node) and len(node.all_input_nodes) == 1 and \
+        node.target.overloadpacket not in LINEAR_ONE_OPERAND
+
+
+def _source(node: fx.Node, members: set) -> fx.Node:
+    """What ``node`` lays out (through ``PLAIN`` operators of the region)."""
+    while node in members and node.target.overloadpacket in PLAIN and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    return node
 
 
 # operators that only lay out or copy a tensor: around a lone library operator they leave
@@ -226,6 +276,14 @@ PLAIN = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshap
          torch.ops.aten.permute, torch.ops.aten.t, torch.ops.aten.transpose,
          torch.ops.aten.clone, torch.ops.aten.alias, torch.ops.aten.unsqueeze,
          torch.ops.aten.squeeze, torch.ops.aten._to_copy}
+
+
+# picks of a tensor, and constants: of a region's input, a derivation has nothing to move
+PICKS = {torch.ops.aten.select, torch.ops.aten.slice, torch.ops.aten.full,
+         torch.ops.aten.zeros, torch.ops.aten.ones}
+# one-operand pointwise operators that are linear: a scale by a number, a negation, a copy
+LINEAR_ONE_OPERAND = {torch.ops.aten.mul, torch.ops.aten.div, torch.ops.aten.neg,
+                      torch.ops.aten.clone, torch.ops.aten._to_copy, torch.ops.aten.alias}
 
 
 def _elementwise(node: fx.Node) -> bool:

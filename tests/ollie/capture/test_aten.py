@@ -143,3 +143,29 @@ def test_a_forced_node_still_takes_in_its_single_use_producers():
     translation, _ = regions._translate_once(gm, {relu}, False)
     by_root = {r.root.name: [m.name for m in r.members] for r in translation.regions}
     assert by_root == {"relu": ["mm", "relu"], "exp": ["exp"]}
+
+
+def _rnn(linear_state):
+    def rnn(x, w, u):  # h = tanh(x_t W + h U), or without the tanh on the state's path
+        h = torch.zeros(x.shape[0], u.shape[0])
+        for t in range(3):
+            step = x[:, t] @ w + h @ u
+            h = step if linear_state else torch.tanh(step)
+        return torch.tanh(h)
+    return rnn
+
+
+@pytest.mark.parametrize("fn, apart", [
+    (_rnn(linear_state=False), True),   # each step's products pass an activation
+    (_rnn(linear_state=True), False),   # (h U) U: a reassociation
+    (lambda x, a, b: torch.tanh(torch.relu(x @ a) @ b), True),
+    (lambda x, a, b: torch.tanh((x @ a) @ b * 2), False),  # a chain
+    (lambda x, a, b: torch.tanh(x @ a + x @ b), False),  # a common factor: x (A + B)
+    (lambda x, a, b: torch.tanh(x @ a) + torch.tanh(x @ b), True),
+], ids=["rnn", "linear_rnn", "activation_between", "chain", "common_factor", "activations"])
+def test_under_inductor_contractions_no_linear_step_joins_are_not_derived(fn, apart):
+    shapes = [(16, 3, 32) if fn.__name__ == "rnn" else (64, 32), (32, 32), (32, 32)]
+    [region] = translated(fn, shapes)[0].regions
+    why = regions.worth_deriving(region, inductor=True)
+    assert (why is not None and "activations between them" in why) == apart, why
+    assert regions.worth_deriving(region, inductor=False) is None or not apart
