@@ -21,11 +21,6 @@ from typing import Hashable
 
 import numpy as np
 
-try:  # (see derivations.dag: scipy is optional)
-    from scipy.optimize import Bounds, LinearConstraint, milp
-except ImportError:
-    milp = None
-
 __all__ = ["Kernel", "orchestrate", "TIME_LIMIT"]
 
 TIME_LIMIT = 1.0  # seconds HiGHS may take
@@ -41,7 +36,11 @@ class Kernel:
 def orchestrate(kernels: list[Kernel], required: set) -> list[Kernel] | None:
     """The cheapest set of kernels that writes every ``required`` tensor and everything a
     chosen kernel reads (None without scipy or without a solution in time)."""
-    if milp is None or not kernels:
+    if not kernels:
+        return None
+    try:  # scipy is optional (see derivations.dag); imported (0.3 s) only to solve a program
+        from scipy.optimize import Bounds, LinearConstraint, milp
+    except ImportError:
         return None
     if not required:
         return []
