@@ -74,8 +74,9 @@ def substitute(gm, original, example_inputs, report, inductor: bool, portable: b
     on sample inputs, within the error allowed against ``original`` (the graph before any
     rewrite) run in float64 (None when none applies or the check fails; the report says
     which). Under Inductor, folds that leave every contraction's work as it was (a scale
-    folded into a convolution, a shift into a product's bias) are not kept: Inductor fuses that elementwise work into one
-    kernel in either form, and judging them would take a second compile. ``portable``: for a
+    folded into a convolution, a shift into a product's bias) are not kept: Inductor fuses
+    that elementwise work into one kernel in either form, and judging them would take a
+    second compile. ``portable``: for a
     program exported to run anywhere, so no Inductor hint (which values to write to memory)
     is written into it."""
     try:
