@@ -138,10 +138,11 @@ def frozen_or(gm: fx.GraphModule, compiled, example_inputs, mutates: bool | None
 def _convolves_on_cpu(gm: fx.GraphModule, held: dict[int, torch.Tensor]) -> bool:
     """Whether freezing could pay on this graph (Dynamo's, of torch functions and modules):
     on a GPU, any graph; on the CPU, one with a convolution (see the module's docstring)."""
-    def convolves(node: fx.Node) -> bool:
-        called = gm.get_submodule(node.target) if node.op == "call_module" else node.target
-        name = getattr(called, "__name__", None) or type(called).__name__
-        return node.op in ("call_function", "call_module") and "conv" in name.lower()
+    def convolves(node: fx.Node) -> bool:  # (conv2d, conv_transpose1d, Conv3d, ...)
+        if node.op == "call_module":
+            return "conv" in type(gm.get_submodule(node.target)).__name__.lower()
+        return node.op == "call_function" and \
+            "conv" in getattr(node.target, "__name__", "").lower()
     return any(w.device.type != "cpu" for w in held.values()) or \
         any(convolves(n) for n in gm.graph.nodes)
 

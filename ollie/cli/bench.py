@@ -45,6 +45,7 @@ def tolerance(fn, args, expected) -> float:
     """How far a result may be from eager's (``ollie.numerics.allowed_error``): more where
     eager itself rounds far from the float64 value (``torch.linalg.norm`` in float32)."""
     import torch
+    from torch.utils._pytree import tree_leaves
 
     from ollie.numerics import allowed_error, resampled_errors, widen
     try:
@@ -52,10 +53,11 @@ def tolerance(fn, args, expected) -> float:
             exact = fn(*map(widen, args))
     except Exception:  # float32 weights, or an op without float64: the dtype's tolerance
         exact = None
-    if isinstance(expected, (tuple, list)):  # several outputs: the strictest one's
-        exact = exact if isinstance(exact, (tuple, list)) else [None] * len(expected)
+    if not isinstance(expected, torch.Tensor):  # several outputs: the strictest one's
+        leaves, exact = tree_leaves(expected), tree_leaves(exact)
+        exact = exact if len(exact) == len(leaves) else [None] * len(leaves)
         return min(allowed_error(e, x if isinstance(x, torch.Tensor) else None)
-                   for e, x in zip(expected, exact))
+                   for e, x in zip(leaves, exact) if isinstance(e, torch.Tensor))
     if not isinstance(exact, torch.Tensor):
         return allowed_error(expected, None)
     return allowed_error(expected, exact,

@@ -179,3 +179,5 @@ def test_a_case_with_several_outputs_compares_each():
     assert max_relative_error((a, b + 1), (a, b)) > 0.1
     assert max_relative_error((a,), (a, b)) == float("inf")
     assert 0 < tolerance(lambda x: (x * 2, x.exp()), (a,), (a * 2, a.exp())) < 1e-3
+    assert 0 < tolerance(lambda x: {"y": x * 2}, (a,), {"y": a * 2}) < 1e-3
+    assert max_relative_error({"y": a}, {"y": a + 1}) > 0.1
