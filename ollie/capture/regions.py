@@ -191,14 +191,15 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
     Derivations pay off where the reductions' iteration spaces are much larger than the data
     the region reads (contractions, possibly in disguise: a matmul, a conv, a broadcast
     product summed away, a loop of matrix-vector products): that is where contraction
-    orders, distributivity and the EinNet forms change the work. Elementwise chains and plain reductions are left to Inductor, which fuses them into
-    one loop anyway. And a lone library operator over plain operands is already what the
-    library does best on a CPU (measured: conv, conv transpose and dilated conv keep the
-    library call there), so it is left too; on a GPU EinNet's single-operator rewrites
-    (conv → GEMM + eOperator) are still tried. Under Inductor, so is a lone contraction with
-    only elementwise work around it (a linear layer after a normalisation, a convolution
-    before a batch norm): the elementwise work cannot change the contraction's, and Inductor
-    fuses it in any form.
+    orders, distributivity and the EinNet forms change the work. Elementwise chains and
+    plain reductions are left to Inductor, which fuses them into one loop anyway. And a lone
+    library operator over plain operands is already what the library does best on a CPU
+    (measured: conv, conv transpose and dilated conv keep the library call there), so it is
+    left too; on a GPU EinNet's single-operator rewrites
+    (conv → GEMM + eOperator) are still tried. Under Inductor, so are contractions that no
+    derivation can change (``_apart``): a lone one with only elementwise work around it (a
+    linear layer after a normalisation, a convolution before a batch norm), or several with
+    activations between them; Inductor fuses the work around them in any form.
     """
     compute = region.compute_ops
     if not compute:
@@ -213,28 +214,32 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
     if len(compute) == 1 and all(m.target.overloadpacket in PLAIN for m in around):
         return f"a single {describe(compute[0])} over plain operands"
     lone = [m for m in compute if _contraction(m)]
-    if inductor and len(lone) == 1 and all(m.target.overloadpacket in PLAIN or _elementwise(m)
-                                           for m in around):
+    if not inductor or not lone or not _apart(region, lone):
+        return None
+    if len(lone) == 1:
         return f"a single {describe(lone[0])} with only elementwise work around it " \
                "(Inductor fuses that work in either form)"
-    if inductor and len(lone) > 1 and _apart(region, lone):
-        return f"{len(lone)} contractions with activations between them and only " \
-               "elementwise work around (no reassociation or common factor joins two)"
-    return None
+    return f"{len(lone)} contractions with activations between them and only " \
+           "elementwise work around (no reassociation or common factor joins two)"
 
 
 def _apart(region: Region, contractions: list[fx.Node]) -> bool:
     """Whether no derivation can change the work of ``region``'s contractions: around them
-    only layouts, picks of the region's inputs, constants and elementwise work, and no two
-    joined by linear steps alone (one's result an operand of the other: a reassociation;
-    both summed with an operand in common: a common factor). An unrolled RNN: each step's
-    products, summed, pass through an activation before the next step reads them."""
+    only layouts, picks of the region's inputs, constants, elementwise work and sums no
+    contraction's result reaches through linear steps (summing first is already the least
+    work: a network's pooling before its classifier), and no two contractions joined by
+    linear steps alone (one's result an operand of the other: a reassociation; both summed
+    with an operand in common: a common factor). An unrolled RNN: each step's products,
+    summed, pass through an activation before the next step reads them."""
     members = set(region.members)
-    for m in region.members:
-        if not (_contraction(m) or m.target.overloadpacket in PLAIN or _elementwise(m) or
-                (m.target.overloadpacket in PICKS and not set(m.all_input_nodes) & members)):
-            return False
     reach = {c: _linear_reach(c, members) for c in contractions}
+    reached = set().union(*reach.values())
+    for m in region.members:
+        op = m.target.overloadpacket
+        if not (_contraction(m) or op in PLAIN or _elementwise(m) or
+                op in PICKS and not set(m.all_input_nodes) & members or
+                op in LINEAR_REDUCTIONS and m not in reached):
+            return False
     sources = {c: {_source(a, members) for a in c.all_input_nodes} for c in contractions}
     for i, a in enumerate(contractions):
         for b in contractions[i + 1:]:
@@ -281,6 +286,8 @@ PLAIN = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshap
 # picks of a tensor, and constants: of a region's input, a derivation has nothing to move
 PICKS = {torch.ops.aten.select, torch.ops.aten.slice, torch.ops.aten.full,
          torch.ops.aten.zeros, torch.ops.aten.ones}
+# sums over some dimensions: linear, but no longer a pointwise operator
+LINEAR_REDUCTIONS = {torch.ops.aten.sum, torch.ops.aten.mean}
 # one-operand pointwise operators that are linear: a scale by a number, a negation, a copy
 LINEAR_ONE_OPERAND = {torch.ops.aten.mul, torch.ops.aten.div, torch.ops.aten.neg,
                       torch.ops.aten.clone, torch.ops.aten._to_copy, torch.ops.aten.alias}

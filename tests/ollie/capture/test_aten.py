@@ -162,10 +162,25 @@ def _rnn(linear_state):
     (lambda x, a, b: torch.tanh((x @ a) @ b * 2), False),  # a chain
     (lambda x, a, b: torch.tanh(x @ a + x @ b), False),  # a common factor: x (A + B)
     (lambda x, a, b: torch.tanh(x @ a) + torch.tanh(x @ b), True),
-], ids=["rnn", "linear_rnn", "activation_between", "chain", "common_factor", "activations"])
+    (lambda x, a, b: torch.relu(x @ a).mean(0, keepdim=True) @ b, True),  # pooled, then a head
+    (lambda x, a, b: (x @ a).mean(0, keepdim=True) @ b, False),  # a chain through the mean
+], ids=["rnn", "linear_rnn", "activation_between", "chain", "common_factor", "activations",
+        "pooled_head", "mean_chain"])
 def test_under_inductor_contractions_no_linear_step_joins_are_not_derived(fn, apart):
     shapes = [(16, 3, 32) if fn.__name__ == "rnn" else (64, 32), (32, 32), (32, 32)]
     [region] = translated(fn, shapes)[0].regions
     why = regions.worth_deriving(region, inductor=True)
     assert (why is not None and "activations between them" in why) == apart, why
     assert regions.worth_deriving(region, inductor=False) is None or not apart
+
+
+@pytest.mark.parametrize("fn, kept", [
+    (lambda x, a: torch.relu(x @ a).sum(0), True),    # summed after an activation
+    (lambda x, a: torch.tanh((x @ a).sum(0)), False),  # x.sum(0) @ a: the sum moves inward
+    (lambda x, a: torch.tanh((x @ a).mean(1)), False),  # x @ a.mean(1)
+], ids=["after_activation", "rows", "columns"])
+def test_under_inductor_a_sum_no_contraction_reaches_is_not_derived(fn, kept):
+    [region] = translated(fn, [(64, 32), (32, 32)])[0].regions
+    why = regions.worth_deriving(region, inductor=True)
+    assert (why is not None and "a single aten.mm" in why) == kept, why
+    assert regions.worth_deriving(region, inductor=False) is None

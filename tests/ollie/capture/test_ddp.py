@@ -29,10 +29,17 @@ WORKER = textwrap.dedent("""
     dist.init_process_group("gloo")
     rank = dist.get_rank()
 
+    class Context(torch.nn.Module):  # each row plus the batch's mean, projected: a region
+        def __init__(self):            # derived (the mean moves inside the product)
+            super().__init__()
+            self.u = torch.nn.Parameter(torch.randn(64, 8) / 8)
+            self.v = torch.nn.Parameter(torch.randn(8, 64) / 3)
+        def forward(self, x):
+            return x + (x @ self.u).mean(0) @ self.v
     def model():
         torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                                   torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), Context(),
+                                   torch.nn.Linear(64, 4))
 
     def full(p):  # FSDP2 shards parameters as DTensors
         return p.full_tensor() if hasattr(p, "full_tensor") else p

@@ -349,12 +349,12 @@ def test_under_inductor_a_lone_product_with_structure_around_it_is_derived(fn, s
 
 
 def test_under_inductor_a_candidate_keeping_the_contractions_is_not_measured(tmp_path):
-    # a row sum after a relu of the product: the sum cannot move inside the relu; the scale
-    # and the shift can only move around the product
+    # a row maximum after a relu of the product (derived: a maximum is no linear step): it
+    # cannot move inside the product; the scale and the shift can only move around it
     from ollie.decision import Outcome
 
     def glue(x, w, s):
-        return (torch.relu(x @ w) * s + 1).sum(1)
+        return (torch.relu(x @ w) * s + 1).amax(1)
 
     f = ollie.optimize(glue, measure_cap_s=0.05, cache_dir=tmp_path)
     x, w, s = torch.randn(64, 32), torch.randn(32, 16), torch.randn(16)
