@@ -133,10 +133,8 @@ def apply(graph: fx.Graph, fewer_products: bool = False, fused: bool = False) ->
     for n in list(graph.nodes):
         if n in used or n.op != "call_function" or rank(n) < 0:
             continue
-        roots = {(op, of) for op, of in _roots() if _children(n, op, of)}
-        for source, target, rule in _directions():
-            if (source[0], conv_terms.kind(source)) not in roots:  # (most nodes match none)
-                continue
+        rooted = sorted(d for root, ds in _by_root().items() if _children(n, *root) for d in ds)
+        for _, (source, target, rule) in rooted:  # (most nodes are the root of none)
             match = _match_root(source, n, rule)
             match = match and resolve_pieces(source, n, rule, *match)
             if match is None:
@@ -166,9 +164,12 @@ def apply(graph: fx.Graph, fewer_products: bool = False, fused: bool = False) ->
 
 # -- matching ------------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
-def _roots() -> set[tuple[str, str]]:
-    """(operator, kind) of the rules' sources' roots."""
-    return {(source[0], conv_terms.kind(source)) for source, _, _ in _directions()}
+def _by_root() -> dict[tuple[str, str], list]:
+    """``(place in _directions, direction)`` by the (operator, kind) of sources' roots."""
+    out: dict = {}
+    for k, d in enumerate(_directions()):
+        out.setdefault((d[0][0], conv_terms.kind(d[0])), []).append((k, d))
+    return out
 
 
 def _children(n, op: str, of: str = "matrix") -> list | None:
