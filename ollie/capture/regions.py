@@ -243,10 +243,48 @@ def _apart(region: Region, contractions: list[fx.Node]) -> bool:
     sources = {c: {_source(a, members) for a in c.all_input_nodes} for c in contractions}
     for i, a in enumerate(contractions):
         for b in contractions[i + 1:]:
-            if b in reach[a] or a in reach[b] or \
+            if b in reach[a] and _may_reassociate(a, b, reach[a]) or \
+                    a in reach[b] and _may_reassociate(b, a, reach[b]) or \
                     (reach[a] & reach[b] and sources[a] & sources[b]):
                 return False
     return True
+
+
+def _may_reassociate(first: fx.Node, then: fx.Node, reach: set) -> bool:
+    """Whether a reassociation of ``first``'s product into ``then``'s (which reads it through
+    linear steps) could lower their work. Not where both multiply rows by a weight, rows ×
+    j → k by ``first`` then, the same rows, × k → l by ``then``, around a bottleneck: with
+    j·l ≥ k·(j + l), any merged product does j·l multiply-adds a row, no fewer than the two
+    (MobileNet's projection, residual add and next expansion, 1×1 convolutions)."""
+    a, b = _row_product(first), _row_product(then)
+    if a is None or b is None:
+        return True
+    (_, _, rows, j, k), (x, w, x_rows, k2, l) = a, b
+    joined = x in reach and w not in reach and rows == x_rows and k == k2
+    return not joined or j * l < k * (j + l)
+
+
+def _row_product(node: fx.Node) -> tuple[fx.Node, fx.Node, int, int, int] | None:
+    """(the operand whose rows ``node`` multiplies, the matrix, the rows, j, k) where ``node``
+    multiplies rows of j values by a j × k matrix: a matrix product, or a 1×1 convolution
+    (stride 1, no padding, one group) whose rows are its pixels; None otherwise, or where a
+    size is symbolic."""
+    op, args = node.target.overloadpacket, node.args
+    conv = op is torch.ops.aten.convolution
+    if op in (torch.ops.aten.mm, torch.ops.aten.addmm):
+        x, w = args[-2:]
+    elif conv and not args[6] and args[8] == 1 and all(s == 1 for s in args[3]) and \
+            not any(args[4]):
+        x, w = args[:2]
+    else:
+        return None
+    x_val, w_val = x.meta.get("val"), w.meta.get("val")
+    if not all(isinstance(t, torch.Tensor) for t in (x_val, w_val)) or \
+            not all(isinstance(d, int) for d in (*x_val.shape, *w_val.shape)) or \
+            conv and any(d != 1 for d in w_val.shape[2:]):  # (a 1×1 kernel)
+        return None
+    j, k = w_val.shape[:2][::-1] if conv else w_val.shape
+    return x, w, x_val.numel() // j, j, k
 
 
 def _linear_reach(node: fx.Node, members: set) -> set[fx.Node]:

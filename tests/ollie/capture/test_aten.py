@@ -184,3 +184,28 @@ def test_under_inductor_a_sum_no_contraction_reaches_is_not_derived(fn, kept):
     why = regions.worth_deriving(region, inductor=True)
     assert (why is not None and "a single aten.mm" in why) == kept, why
     assert regions.worth_deriving(region, inductor=False) is None
+
+
+@pytest.mark.parametrize("middle, apart", [
+    (4, True),    # 32 → 4 → 32: merged, 32·32 a row, more than 32·4 + 4·32
+    (64, False),  # 32 → 64 → 32: merged, less
+])
+def test_under_inductor_a_chain_through_a_bottleneck_is_not_derived(middle, apart):
+    def chain(x, a, b):
+        return torch.tanh((x @ a) * 2 @ b)
+    [region] = translated(chain, [(64, 32), (32, middle), (middle, 32)])[0].regions
+    why = regions.worth_deriving(region, inductor=True)
+    assert (why is not None) == apart, why
+
+
+def test_under_inductor_a_linear_bottleneck_between_convolutions_is_not_derived():
+    # MobileNet's block end and the next one's start: project (1×1, 32 → 8), scale and
+    # shift, residual add, expand (1×1, 8 → 32): merging the two does 32·32 a pixel, more
+    # than 32·8 + 8·32; with a wide middle (32 → 64 → 32) a merge could do less
+    def block_end(h, x, p, e):
+        return torch.tanh(F.conv2d(F.conv2d(h, p) * 0.5 + x, e))
+    for middle, derived in ((8, False), (64, True)):
+        shapes = [(1, 32, 8, 8), (1, middle, 8, 8), (middle, 32, 1, 1), (32, middle, 1, 1)]
+        [region] = translated(block_end, shapes)[0].regions
+        why = regions.worth_deriving(region, inductor=True)
+        assert (why is None) == derived, why
