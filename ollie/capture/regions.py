@@ -195,11 +195,11 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
     plain reductions are left to Inductor, which fuses them into one loop anyway. And a lone
     library operator over plain operands is already what the library does best on a CPU
     (measured: conv, conv transpose and dilated conv keep the library call there), so it is
-    left too; on a GPU EinNet's single-operator rewrites
-    (conv → GEMM + eOperator) are still tried. Under Inductor, so are contractions that no
-    derivation can change (``_apart``): a lone one with only elementwise work around it (a
-    linear layer after a normalisation, a convolution before a batch norm), or several with
-    activations between them; Inductor fuses the work around them in any form.
+    left too; on a GPU EinNet's single-operator rewrites (conv → GEMM + eOperator) are still
+    tried. Under Inductor, so are contractions whose work no derivation can lower
+    (``_apart``): a lone one with only elementwise work around it (a linear layer after a
+    normalisation, a convolution before a batch norm), or several with activations or a
+    bottleneck between them; Inductor fuses the work around them in any form.
     """
     compute = region.compute_ops
     if not compute:
@@ -219,8 +219,8 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
     if len(lone) == 1:
         return f"a single {describe(lone[0])} with only elementwise work around it " \
                "(Inductor fuses that work in either form)"
-    return f"{len(lone)} contractions with activations between them and only " \
-           "elementwise work around (no reassociation or common factor joins two)"
+    return f"{len(lone)} contractions with activations between them, or a bottleneck, and " \
+           "only elementwise work around (no reassociation or common factor lowers their work)"
 
 
 def _apart(region: Region, contractions: list[fx.Node]) -> bool:
