@@ -24,7 +24,7 @@ from torch.utils.flop_counter import flop_registry
 import ir
 import ir.analysis
 from derivations.normalize import inline_views
-from ollie.capture import aten
+from ollie.capture import aten, conv_terms
 from ollie.capture.samples import concrete
 
 
@@ -269,19 +269,16 @@ def _row_product(node: fx.Node) -> tuple[fx.Node, fx.Node, int, int, int] | None
     multiplies rows of j values by a j × k matrix: a matrix product, or a 1×1 convolution
     (stride 1, no padding, one group) whose rows are its pixels; None otherwise, or where a
     size is symbolic."""
-    op, args = node.target.overloadpacket, node.args
-    conv = op is torch.ops.aten.convolution
-    if op in (torch.ops.aten.mm, torch.ops.aten.addmm):
-        x, w = args[-2:]
-    elif conv and not args[6] and args[8] == 1 and all(s == 1 for s in args[3]) and \
-            not any(args[4]):
-        x, w = args[:2]
+    conv = conv_terms.settings(node)  # (kernel, stride, padding, dilation)
+    if node.target.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm):
+        x, w = node.args[-2:]
+    elif conv is not None and all(d == 1 for d in (*conv[0], *conv[1])) and not any(conv[2]):
+        x, w = node.args[:2]
     else:
         return None
     x_val, w_val = x.meta.get("val"), w.meta.get("val")
     if not all(isinstance(t, torch.Tensor) for t in (x_val, w_val)) or \
-            not all(isinstance(d, int) for d in (*x_val.shape, *w_val.shape)) or \
-            conv and any(d != 1 for d in w_val.shape[2:]):  # (a 1×1 kernel)
+            not all(isinstance(d, int) for d in (*x_val.shape, *w_val.shape)):
         return None
     j, k = w_val.shape[:2][::-1] if conv else w_val.shape
     return x, w, x_val.numel() // j, j, k
