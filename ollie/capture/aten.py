@@ -20,11 +20,16 @@ from ir.ops import OpError
 aten = torch.ops.aten
 
 
-def _addmm(self, mat1, mat2, *, beta=1, alpha=1):
-    product = ops.mm(mat1, mat2)
-    if alpha != 1:
-        product = ops.mul(product, alpha)
-    return ops.add(product, self, alpha=beta) if beta != 0 else product
+def _with_bias(product_op):
+    """``addmm`` and ``baddbmm`` (not core ATen, but Inductor's decompositions keep it):
+    ``beta · self + alpha · product(a, b)``; with ``beta`` 0, ``self`` is not read (ATen's
+    rule, so that NaNs in it do not propagate)."""
+    def row(self, a, b, *, beta=1, alpha=1):
+        product = product_op(a, b)
+        if alpha != 1:
+            product = ops.mul(product, alpha)
+        return ops.add(product, self, alpha=beta) if beta != 0 else product
+    return row
 
 
 def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
@@ -164,7 +169,8 @@ DTYPES = {**FLOATING, torch.bool: "bool"}  # what a region reads and computes
 TABLE = {
     # contractions
     aten.mm: ops.mm, aten.bmm: ops.bmm, aten.mv: ops.mv, aten.dot: ops.dot,
-    aten.addmm: _addmm, aten.convolution: _convolution,
+    aten.addmm: _with_bias(ops.mm), aten.baddbmm: _with_bias(ops.bmm),
+    aten.convolution: _convolution,
     # elementwise
     aten.add: ops.add, aten.sub: ops.sub, aten.mul: ops.mul,
     aten.div: _div, aten.maximum: ops.maximum, aten.minimum: ops.minimum,

@@ -19,6 +19,8 @@ CASES = [
     ("addmm", lambda x, w, b: F.linear(x, w, b), [(5, 4), (3, 4), (3,)]),
     ("addmm_scaled", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
      [(5, 3), (5, 4), (4, 3)]),
+    ("baddbmm", lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2.0),
+     [(5, 1), (2, 5, 4), (2, 4, 3)]),
     ("conv2d", lambda x, w, b: F.conv2d(x, w, b, padding=1, stride=2), [(1, 3, 7, 7),
                                                                         (4, 3, 3, 3), (4,)]),
     ("conv1d_dilated", lambda x, w: F.conv1d(x, w, dilation=2), [(2, 3, 9), (4, 3, 3)]),
@@ -209,3 +211,12 @@ def test_under_inductor_a_linear_bottleneck_between_convolutions_is_not_derived(
         [region] = translated(block_end, shapes)[0].regions
         why = regions.worth_deriving(region, inductor=True)
         assert (why is None) == derived, why
+
+
+def test_a_batched_chain_ending_in_baddbmm_is_one_region_worth_deriving():
+    """``baddbmm(c, x @ y, z)`` with ``z`` thin: ``x @ (y @ z)`` does a quarter of the work."""
+    def chain(c, x, y, z):
+        return torch.baddbmm(c, torch.bmm(x, y), z)
+    [region] = translated(chain, [(2, 16, 4), (2, 16, 16), (2, 16, 16), (2, 16, 4)])[0].regions
+    assert sum(map(regions._contraction, region.members)) == 2
+    assert regions.worth_deriving(region, inductor=True) is None
