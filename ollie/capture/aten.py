@@ -195,7 +195,7 @@ TABLE = {
     aten.transpose: ops.transpose, aten.expand: _expand,
     aten.unsqueeze: ops.unsqueeze, aten.squeeze: _squeeze, aten.slice: _slice,
     aten.select: ops.select, aten.diagonal: ops.diagonal, aten.as_strided: _as_strided, aten.cat: ops.cat,
-    aten.constant_pad_nd: _pad, aten.unfold: ops.unfold,
+    aten.constant_pad_nd: _pad, aten.unfold: ops.unfold, aten.avg_pool2d: ops.avg_pool2d,
     aten.clone: _identity, aten.alias: _identity, aten._to_copy: _to_copy,
     torch.ops.prims.convert_element_type: _convert,
 }

@@ -321,8 +321,8 @@ PLAIN = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshap
 # picks of a tensor, and constants: of a region's input, a derivation has nothing to move
 PICKS = {torch.ops.aten.select, torch.ops.aten.slice, torch.ops.aten.full,
          torch.ops.aten.zeros, torch.ops.aten.ones}
-# sums over some dimensions: linear, but no longer a pointwise operator
-LINEAR_REDUCTIONS = {torch.ops.aten.sum, torch.ops.aten.mean}
+# sums over some dimensions or windows: linear, but no longer pointwise operators
+LINEAR_REDUCTIONS = {torch.ops.aten.sum, torch.ops.aten.mean, torch.ops.aten.avg_pool2d}
 # one-operand pointwise operators that are linear: a scale by a number, a negation, a copy
 LINEAR_ONE_OPERAND = {torch.ops.aten.mul, torch.ops.aten.div, torch.ops.aten.neg,
                       torch.ops.aten.clone, torch.ops.aten._to_copy, torch.ops.aten.alias}

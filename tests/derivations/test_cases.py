@@ -11,6 +11,7 @@ gives a candidate of the same shape that the reference interpreter checks.
 | conv2d 3x3 dilation 2                    | dense conv after a layout transform  |   5 s   |
 | contraction chains of 3-6 operands       | the flop-optimal order               |   2 s   |
 | sum over a product with an independent factor | the sum moved inward            |   1 s   |
+| 2x2 average pool after a 1x1 conv        | the pool first, a Matmul after it    |   5 s   |
 """
 from __future__ import annotations
 
@@ -135,3 +136,18 @@ def test_a_sum_moves_inward_past_an_independent_factor():
     inner, outer = sub_scopes(best.program)  # w[j] * (sum[i] x[i])
     assert inner.traversal == () and not outer.summation and best.rule_chain == ("split",)
     assert best.cost == 4096 + 1024 and elapsed <= SLACK * 1.0
+
+
+def test_a_window_mean_after_a_1x1_convolution_moves_before_it():
+    """``avg_pool2d(conv1x1(x), 2) = conv1x1(avg_pool2d(x, 2))``: the window sum swaps with
+    the channel sum, and the product runs on a quarter of the pixels."""
+    x, w = Tensor("x", (2, 32, 16, 16)), Tensor("w", (64, 32, 1, 1))
+    e = ops.avg_pool2d(ops.conv2d(x, w), 2)
+    start = time.perf_counter()
+    d = derive(e)
+    cands = d.candidates(K, flops)
+    elapsed = time.perf_counter() - start
+    original = next(c for c in cands if not c.rule_chain)
+    best = cands[0]
+    assert "matmul" in best.operators and best.cost <= 0.5 * original.cost, d.report
+    assert elapsed <= SLACK * 5.0, (elapsed, d.report)

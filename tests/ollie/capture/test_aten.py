@@ -43,6 +43,7 @@ CASES = [
     ("views", lambda x: x.view(4, 3).t().permute(1, 0).unsqueeze(0).expand(2, 4, 3)
      .reshape(8, 3)[1:7:2, 1] * 2, [(3, 4)]),
     ("cat_pad", lambda x, y: F.pad(torch.cat([x, y], 1), (1, 2)) * 2, [(3, 4), (3, 2)]),
+    ("avg_pool2d", lambda x: F.avg_pool2d(x, 3, 2, padding=1) * 2, [(1, 2, 7, 9)]),
     ("diagonal_trace", lambda x: x.diagonal() * 2 + torch.trace(x), [(4, 4)]),
     ("select", lambda x: x[:, 2] * x[1], [(4, 4)]),
 ]
@@ -113,7 +114,8 @@ def test_coverage_of_core_aten():
     # index-summation meaning and stay with Inductor.
     expected = {
         "aten._log_softmax", "aten._softmax", "aten._to_copy", "aten.abs", "aten.add",
-        "aten.addmm", "aten.alias", "aten.amax", "aten.amin", "aten.as_strided", "aten.bmm",
+        "aten.addmm", "aten.alias", "aten.amax", "aten.amin", "aten.as_strided", "aten.avg_pool2d",
+        "aten.bmm",
         "aten.cat", "aten.clamp", "aten.clone", "aten.constant_pad_nd", "aten.convolution",
         "aten.diagonal", "aten.div", "aten.eq", "aten.erf", "aten.exp", "aten.expand",
         "aten.full", "aten.ge", "aten.gelu", "aten.gt", "aten.le", "aten.log", "aten.lt",
@@ -220,3 +222,14 @@ def test_a_batched_chain_ending_in_baddbmm_is_one_region_worth_deriving():
     [region] = translated(chain, [(2, 16, 4), (2, 16, 16), (2, 16, 16), (2, 16, 4)])[0].regions
     assert sum(map(regions._contraction, region.members)) == 2
     assert regions.worth_deriving(region, inductor=True) is None
+
+
+@pytest.mark.parametrize("fn, apart", [
+    (lambda x, w: F.avg_pool2d(F.conv2d(x, w), 2), False),  # conv(pool(x)): a quarter the pixels
+    (lambda x, w: F.conv2d(F.avg_pool2d(x, 2), w), True),   # pooled first already
+], ids=["pool_after", "pool_before"])
+def test_under_inductor_a_window_mean_is_derived_only_after_a_contraction(fn, apart):
+    [region] = translated(fn, [(2, 8, 8, 8), (16, 8, 1, 1)])[0].regions
+    assert len(region.members) == 2
+    why = regions.worth_deriving(region, inductor=True)
+    assert (why is not None) == apart, why
