@@ -225,7 +225,7 @@ def worth_deriving(region: Region, on_gpu: bool = False, inductor: bool = False)
 
 def _apart(region: Region, contractions: list[fx.Node]) -> bool:
     """Whether no derivation can change the work of ``region``'s contractions: around them
-    only layouts, picks of the region's inputs, constants, elementwise work and sums no
+    only layouts, joins, picks of the region's inputs, constants, elementwise work and sums no
     contraction's result reaches through linear steps (summing first is already the least
     work: a network's pooling before its classifier), and no two contractions joined by
     linear steps alone (one's result an operand of the other: a reassociation; both summed
@@ -236,7 +236,7 @@ def _apart(region: Region, contractions: list[fx.Node]) -> bool:
     reached = set().union(*reach.values())
     for m in region.members:
         op = m.target.overloadpacket
-        if not (_contraction(m) or op in PLAIN or _elementwise(m) or
+        if not (_contraction(m) or op in PLAIN or op in JOINS or _elementwise(m) or
                 op in PICKS and not set(m.all_input_nodes) & members or
                 op in LINEAR_REDUCTIONS and m not in reached):
             return False
@@ -321,6 +321,8 @@ PLAIN = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshap
 # picks of a tensor, and constants: of a region's input, a derivation has nothing to move
 PICKS = {torch.ops.aten.select, torch.ops.aten.slice, torch.ops.aten.full,
          torch.ops.aten.zeros, torch.ops.aten.ones}
+# tensors laid side by side: linear, each piece kept as it is (a dense block's features)
+JOINS = {torch.ops.aten.cat}
 # sums over some dimensions or windows: linear, but no longer pointwise operators
 LINEAR_REDUCTIONS = {torch.ops.aten.sum, torch.ops.aten.mean, torch.ops.aten.avg_pool2d}
 # one-operand pointwise operators that are linear: a scale by a number, a negation, a copy

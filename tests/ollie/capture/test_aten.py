@@ -168,8 +168,10 @@ def _rnn(linear_state):
     (lambda x, a, b: torch.tanh(x @ a) + torch.tanh(x @ b), True),
     (lambda x, a, b: torch.relu(x @ a).mean(0, keepdim=True) @ b, True),  # pooled, then a head
     (lambda x, a, b: (x @ a).mean(0, keepdim=True) @ b, False),  # a chain through the mean
+    (lambda x, a, b: torch.cat([x, torch.relu(x @ a) @ b], 1), True),  # a dense block's layer
+    (lambda x, a, b: torch.cat([x @ a, x @ b], 1), False),  # x [A B]: one product
 ], ids=["rnn", "linear_rnn", "activation_between", "chain", "common_factor", "activations",
-        "pooled_head", "mean_chain"])
+        "pooled_head", "mean_chain", "dense_layer", "shared_operand"])
 def test_under_inductor_contractions_no_linear_step_joins_are_not_derived(fn, apart):
     shapes = [(16, 3, 32) if fn.__name__ == "rnn" else (64, 32), (32, 32), (32, 32)]
     [region] = translated(fn, shapes)[0].regions
