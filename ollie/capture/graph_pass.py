@@ -88,8 +88,8 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
     original, rolled = gm, substitution.rolled(gm, example_inputs, report)
     gm = rolled if rolled is not None else gm  # what the regions and substitutions start from
-    translation = regions_mod.translate(gm)
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+    translation = regions_mod.translate(gm, cut_at_activations=options.inductor and not on_gpu)
     chosen = []
     for region in translation.regions:
         why_not = regions_mod.worth_deriving(region, on_gpu, options.inductor)

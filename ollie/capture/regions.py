@@ -60,15 +60,20 @@ def value_meta(node: fx.Node):
     return tuple(concrete(d) for d in val.shape), val.dtype  # symbolic sizes at their hints
 
 
-def translate(gm: fx.GraphModule, compose_shared: bool = False) -> Translation:
+def translate(gm: fx.GraphModule, compose_shared: bool = False,
+              cut_at_activations: bool = False) -> Translation:
     """Compose the translatable nodes of ``gm`` (``meta["val"]`` set; symbolic sizes are
     translated at their hints, ``ollie.capture.symbolic`` emits them) into regions. With
     ``compose_shared``, a node read by several translated nodes is composed into each (one
     shared scope) instead of becoming a region of its own: right for one expression, wrong
-    for a graph whose regions are compiled apart (it would run twice)."""
+    for a graph whose regions are compiled apart (it would run twice). With
+    ``cut_at_activations`` (under Inductor), a region ends at an activation between
+    contractions (``_activations_between``)."""
     forced: set[fx.Node] = set()
     while True:  # a node whose consumer turned out untranslatable must be materialised: retry
         result, newly_forced = _translate_once(gm, forced, compose_shared)
+        if cut_at_activations and not newly_forced:
+            newly_forced = {m for r in result.regions for m in _activations_between(r)}
         if not newly_forced:
             return result
         forced |= newly_forced
@@ -296,6 +301,32 @@ def _linear_reach(node: fx.Node, members: set) -> set[fx.Node]:
         if not _activation(n):
             todo.extend(n.users)
     return seen
+
+
+def _activations_between(region: Region) -> set[fx.Node]:
+    """The activations inside ``region`` that a contraction's result reaches through linear
+    steps and that a contraction reads, directly or not: no derivation moves a product's
+    work across them, so under Inductor the region is cut there, and what follows (a
+    DenseNet transition's convolution and pool, after a dense layer) is derived alone, small
+    enough for its budget."""
+    members = set(region.members)
+    contractions = [m for m in region.members if _contraction(m)]
+    reached = set().union(*(_linear_reach(c, members) for c in contractions))
+    cut = set()
+    for m in reached - {region.root}:
+        if not _activation(m):
+            continue
+        seen, todo = set(), list(m.users)
+        while todo:
+            n = todo.pop()
+            if n in seen or n not in members:
+                continue
+            if _contraction(n):
+                cut.add(m)
+                break
+            seen.add(n)
+            todo.extend(n.users)
+    return cut
 
 
 def _activation(node: fx.Node) -> bool:

@@ -56,13 +56,13 @@ def traced(fn, shapes):
     return gm, xs
 
 
-def translated(fn, shapes):
+def translated(fn, shapes, **options):
     """The regions of ``fn``'s ATen graph and every node's value on random inputs."""
     gm, xs = traced(fn, shapes)
     gm.graph.eliminate_dead_code()
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     FakeTensorProp(gm).propagate(*xs)
-    translation = regions.translate(gm)
+    translation = regions.translate(gm, **options)
     assert translation.regions, f"nothing translated: {translation.left}"
     values = {}
 
@@ -235,3 +235,22 @@ def test_under_inductor_a_window_mean_is_derived_only_after_a_contraction(fn, ap
     assert len(region.members) == 2
     why = regions.worth_deriving(region, inductor=True)
     assert (why is not None) == apart, why
+
+
+def test_under_inductor_a_region_ends_at_an_activation_between_contractions():
+    """A DenseNet layer's end, then its transition: the pool after the second convolution is
+    derived alone (no derivation moves the first convolution's work across the ReLU)."""
+    def layer(x, w1, w2):
+        return F.avg_pool2d(F.conv2d(torch.relu(F.conv2d(x, w1)), w2), 2)
+    shapes = [(1, 8, 8, 8), (8, 8, 1, 1), (4, 8, 1, 1)]
+    assert len(translated(layer, shapes)[0].regions) == 1
+    first, then = translated(layer, shapes, cut_at_activations=True)[0].regions
+    assert first.root.target is torch.ops.aten.relu.default
+    assert [m.target for m in then.members] == [torch.ops.aten.convolution.default,
+                                                 torch.ops.aten.avg_pool2d.default]
+    assert regions.worth_deriving(first, inductor=True) is not None
+    assert regions.worth_deriving(then, inductor=True) is None
+    # an activation after the last contraction ends nothing
+    [tail] = translated(lambda x, w: torch.relu(F.conv2d(x, w)) * 2, shapes[:2],
+                        cut_at_activations=True)[0].regions
+    assert len(tail.members) == 3
