@@ -73,7 +73,7 @@ def translate(gm: fx.GraphModule, compose_shared: bool = False,
     while True:  # a node whose consumer turned out untranslatable must be materialised: retry
         result, newly_forced = _translate_once(gm, forced, compose_shared)
         if cut_at_activations and not newly_forced:
-            newly_forced = {m for r in result.regions for m in _activations_between(r)}
+            newly_forced = {m for r in result.regions for m in _activations_between(r)} - forced
         if not newly_forced:
             return result
         forced |= newly_forced
