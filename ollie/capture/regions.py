@@ -292,13 +292,19 @@ def _row_product(node: fx.Node) -> tuple[fx.Node, fx.Node, int, int, int] | None
 def _linear_reach(node: fx.Node, members: set) -> set[fx.Node]:
     """The region's nodes that ``node``'s value reaches through linear steps (stopping at an
     activation, a one-operand function no linear map passes through)."""
+    return _reach(node, members, through=lambda n: not _activation(n))
+
+
+def _reach(node: fx.Node, members: set, through=lambda n: True) -> set[fx.Node]:
+    """The region's nodes that ``node``'s value reaches, going on past those ``through``
+    accepts."""
     seen, todo = set(), list(node.users)
     while todo:
         n = todo.pop()
         if n in seen or n not in members:
             continue
         seen.add(n)
-        if not _activation(n):
+        if through(n):
             todo.extend(n.users)
     return seen
 
@@ -312,21 +318,8 @@ def _activations_between(region: Region) -> set[fx.Node]:
     members = set(region.members)
     contractions = [m for m in region.members if _contraction(m)]
     reached = set().union(*(_linear_reach(c, members) for c in contractions))
-    cut = set()
-    for m in reached - {region.root}:
-        if not _activation(m):
-            continue
-        seen, todo = set(), list(m.users)
-        while todo:
-            n = todo.pop()
-            if n in seen or n not in members:
-                continue
-            if _contraction(n):
-                cut.add(m)
-                break
-            seen.add(n)
-            todo.extend(n.users)
-    return cut
+    return {m for m in reached - {region.root}
+            if _activation(m) and any(map(_contraction, _reach(m, members)))}
 
 
 def _activation(node: fx.Node) -> bool:
