@@ -167,6 +167,10 @@ def compile_frozen(gm: fx.GraphModule, example_inputs, frozen: dict[int, torch.T
     holder = torch.nn.Module()
     for name, child in gm.named_children():
         holder.add_module(name, child)
+    for name, tensor in gm.named_buffers(recurse=False):  # constants a rewrite spliced in
+        holder.register_buffer(name, tensor, persistent=False)
+    for name, tensor in gm.named_parameters(recurse=False):
+        holder.register_parameter(name, tensor)
     graph, mapping = fx.Graph(), {}
     for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
         if i in frozen:

@@ -198,3 +198,21 @@ def test_freezing_compiles_ollie_s_rewrite_where_it_was_adopted(monkeypatch):
             "weights" in backend.notes, backend.notes
         model.b.weight.mul_(2.0)  # the summed weight it froze is stale: the unfrozen compile
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_constant_that_a_rewrite_spliced_in_is_frozen_with_the_weights():
+    """Ollie's rewrite holds a folded constant as an attribute of the graph, read by
+    ``get_attr``: the frozen compile keeps it."""
+    import torch.fx as fx
+    graph = fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    constant = graph.call_function(torch.ops.aten.lift_fresh.default,
+                                   (graph.get_attr("_ollie_constant0"),))
+    product = graph.call_function(torch.ops.aten.mm.default, (x, w))
+    graph.output((graph.call_function(torch.ops.aten.add.Tensor, (product, constant)),))
+    holder = nn.Module()
+    holder.register_buffer("_ollie_constant0", torch.randn(4), persistent=False)
+    gm = fx.GraphModule(holder, graph)
+    xs, weight = torch.randn(3, 5), torch.randn(5, 4)
+    compiled = frozen_mod.compile_frozen(gm, [xs, weight], {1: weight}, {})
+    torch.testing.assert_close(compiled(xs)[0], xs @ weight + holder._ollie_constant0)
