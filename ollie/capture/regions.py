@@ -238,7 +238,8 @@ def _apart(region: Region, contractions: list[fx.Node]) -> bool:
     summed, pass through an activation before the next step reads them."""
     members = set(region.members)
     reach = {c: _linear_reach(c, members) for c in contractions}
-    reached = set().union(*reach.values())
+    reached = set().union(*reach.values(), *(_summed_squares(c, reach[c], members)
+                                             for c in contractions))
     for m in region.members:
         op = m.target.overloadpacket
         if not (_contraction(m) or op in PLAIN or op in JOINS or _elementwise(m) or
@@ -287,6 +288,22 @@ def _row_product(node: fx.Node) -> tuple[fx.Node, fx.Node, int, int, int] | None
         return None
     j, k = w_val.shape[:2][::-1] if conv else w_val.shape
     return x, w, x_val.numel() // j, j, k
+
+
+def _summed_squares(contraction: fx.Node, reach: set, members: set) -> set[fx.Node]:
+    """The sums, after a square of ``contraction``'s result, of more values each than each
+    value of the product has terms: such a sum is a product of two contractions, each of one
+    operand with itself, and does fewer multiply-adds where the inner dimension is the smaller
+    (‖AB‖²_F = tr(AᵀA·BBᵀ)). A norm after a layer no wider than its input has none."""
+    args, kwargs = fx.map_arg((contraction.args, contraction.kwargs),
+                              lambda a: a.meta.get("val"))
+    flops = flop_registry[contraction.target.overloadpacket](
+        *args, **kwargs, out_val=contraction.meta.get("val"))
+    terms = concrete(flops) // max(2 * _numel(contraction), 1)
+    squares = [s for s in reach if s.target.overloadpacket is torch.ops.aten.pow and
+               len(s.args) > 1 and s.args[1] == 2]
+    return {r for s in squares for r in _linear_reach(s, members)
+            if r.target.overloadpacket in LINEAR_REDUCTIONS and _numel(s) > terms * _numel(r)}
 
 
 def _linear_reach(node: fx.Node, members: set) -> set[fx.Node]:

@@ -254,3 +254,16 @@ def test_under_inductor_a_region_ends_at_an_activation_between_contractions():
     [tail] = translated(lambda x, w: torch.relu(F.conv2d(x, w)) * 2, shapes[:2],
                         cut_at_activations=True)[0].regions
     assert len(tail.members) == 3
+
+
+@pytest.mark.parametrize("fn, inner, derived", [
+    (lambda x, a: (x @ a).pow(2).sum(), 4, True),  # ‖XA‖²: tr(XᵀX·AAᵀ), 4×4 Grams
+    (lambda x, a: torch.linalg.norm(x @ a), 4, True),
+    (lambda x, a: torch.tanh((x @ a).pow(2).mean(-1)), 4, True),  # each row: x (AAᵀ) xᵀ
+    (lambda x, a: torch.tanh((x @ a).pow(2).mean(-1)), 64, False),  # no narrower: a norm
+], ids=["squared_norm", "norm", "row_norms", "norm_after_a_layer"])
+def test_under_inductor_a_sum_of_squares_of_a_product_is_derived_where_its_inner_size_is_smaller(
+        fn, inner, derived):
+    [region] = translated(fn, [(64, inner), (inner, 64)])[0].regions
+    why = regions.worth_deriving(region, inductor=True)
+    assert (why is None) == derived, why
