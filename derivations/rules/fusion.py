@@ -5,7 +5,8 @@
   both forms, so every term keeps all of ``s``).
 * ``fuse_terms``: the converse: ``O[t] = A[e] ± B[e']`` with ``A = sum[s] P``, ``B =
   sum[s'] Q`` and equal summation ranges  →  ``O[t] = sum[s] (P[e] ± Q[e'][s' := s])``
-  (reads inlined as in :mod:`derivations.rules.merging`, guards included).
+  (reads inlined as in :mod:`derivations.rules.merging`, guards included). Among more terms
+  (``A + p + B + q``: products and their biases) the first such pair becomes one term.
 * ``hoist``: a computed factor that reads only some of the iterators becomes an
   intermediate tensor: ``sum[k] A[i,k] * (B[k,j] + C[k,j])`` = ``sum[k] A[i,k] * H[k,j]``,
   ``H[k,j] = B[k,j] + C[k,j]`` (computed once per ``(k,j)``, not once per ``(i,k,j)``).
@@ -44,18 +45,52 @@ def split_terms(scope: Scope) -> list[Scope]:
 
 
 def fuse_terms(scope: Scope) -> list[Scope]:
-    body = scope.body
-    if scope.summation or scope.reduce is not Reduce.SUM or \
-            not (isinstance(body, Binary) and body.op in _SIGN):
+    if scope.summation or scope.reduce is not Reduce.SUM:
         return []
-    a, b = body.lhs, body.rhs
-    if not all(isinstance(x, Access) and isinstance(x.source, Scope) and x.source.summation
-               and x.source.reduce is Reduce.SUM for x in (a, b)):
-        return []
+    terms = _signed_terms(scope.body, 1)
+    for i in range(len(terms)):
+        for j in range(i + 1, len(terms)):
+            fused = _fused(scope, terms[i], terms[j])
+            if fused is None:
+                continue
+            if len(terms) == 2:
+                return [fused]
+            # more terms (a sum of products and biases): the pair becomes one term
+            part = scope_like(fused, fused.traversal, fused.summation, fused.body,
+                              name=f"{scope.name or 'S'}_fused")
+            rest = [t for k, t in enumerate(terms) if k not in (i, j)]
+            read = part[tuple(it.symbol for it in scope.traversal)]
+            return [scope_like(scope, scope.traversal, (), _chain([(1, read)] + rest))]
+    return []
+
+
+def _signed_terms(e, sign: int) -> list[tuple[int, object]]:
+    """``e`` as the terms of a sum, each with its sign: ``a - (b + c)`` is +a, -b, -c."""
+    if isinstance(e, Binary) and e.op in _SIGN:
+        return _signed_terms(e.lhs, sign) + _signed_terms(e.rhs, sign * _SIGN[e.op])
+    return [(sign, e)]
+
+
+def _chain(terms: list[tuple[int, object]]):
+    """The sum of signed terms, the first one added."""
+    out = terms[0][1]
+    for sign, term in terms[1:]:
+        out = Binary(BinOp.ADD if sign > 0 else BinOp.SUB, out, term)
+    return out
+
+
+def _fused(scope: Scope, first, then) -> Scope | None:
+    """``scope`` computing ``±A ± B`` as one sum, ``sum[s] (P ± Q)``, where ``A = sum[s] P``
+    and ``B = sum[s'] Q`` have equal summation ranges and ``A`` is added; else None."""
+    (sign_a, a), (sign_b, b) = first, then
+    if sign_a < 0 or not all(isinstance(x, Access) and isinstance(x.source, Scope) and
+                             x.source.summation and x.source.reduce is Reduce.SUM
+                             for x in (a, b)):
+        return None
     sa, sb = a.source.summation, b.source.summation
     key = lambda it: (it.lo, it.hi)  # noqa: E731
     if sorted(map(key, sa)) != sorted(map(key, sb)):
-        return []
+        return None
     taken = {it.name for it in scope.traversal}
     sums = []
     for it in sa:
@@ -67,8 +102,9 @@ def fuse_terms(scope: Scope) -> list[Scope]:
         sums_b[kb] = sums[ka]
     pa, pb = inlined(scope, a, sums), inlined(scope, b, sums_b)
     if pa is None or pb is None:
-        return []
-    return [scope_like(scope, scope.traversal, tuple(sums), Binary(body.op, pa, pb))]
+        return None
+    op = BinOp.ADD if sign_b > 0 else BinOp.SUB
+    return scope_like(scope, scope.traversal, tuple(sums), Binary(op, pa, pb))
 
 
 def hoist(scope: Scope) -> list[Scope]:

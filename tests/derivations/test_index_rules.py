@@ -227,6 +227,18 @@ def test_a_sum_of_two_matmuls_sharing_a_factor_becomes_one():
     assert best.rule_chain == ("fuse_terms", "factor", "hoist")
 
 
+def test_two_matmuls_sharing_a_factor_become_one_between_their_biases():
+    """``(a b + p) + (a c + q)``: the products are not neighbours in the sum of terms."""
+    from derivations import derive
+    from ir import flops
+    a = Tensor("a", (64, 32))
+    e = ops.add(ops.add(ops.matmul(a, Tensor("b", (32, 48))), Tensor("p", (48,))),
+                ops.add(ops.matmul(a, Tensor("c", (32, 48))), Tensor("q", (48,))))
+    best = derive(e).candidates(3, flops)[0]
+    assert best.operators == ("elementwise", "matmul", "elementwise") and best.verified is True
+    assert best.rule_chain == ("fuse_terms", "factor", "hoist")
+
+
 def test_rules_do_not_apply_where_they_should_not():
     x = Tensor("x", (3,))
     i = _it("i", 0, 3)

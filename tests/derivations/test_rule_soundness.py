@@ -121,7 +121,7 @@ def paired(draw) -> Scope:
 @st.composite
 def terms(draw) -> Scope:
     """What distribute, factor and fuse_terms act on: ``(a + b) * c``, ``a*c + b*c``, and a
-    sum of two sums over equal ranges."""
+    sum of two sums over equal ranges, side by side or apart among other terms."""
     i, k = Iter("i", 0, draw(st.integers(1, 3))), Iter("k", 0, draw(st.integers(1, 3)))
     a, b, c = (Tensor(n, (i.hi,))[i.symbol] for n in ("a", "b", "c"))
     kind = draw(st.sampled_from(["distribute", "factor", "fuse"]))
@@ -133,6 +133,9 @@ def terms(draw) -> Scope:
     left = Scope((i,), (k,), Tensor("s", (i.hi, k.hi))[i.symbol, k.symbol], name="A")
     right = Scope((i,), (k2,), Tensor("t", (i.hi, k.hi))[i.symbol, k2.symbol], name="B")
     op = draw(st.sampled_from([BinOp.ADD, BinOp.SUB]))
+    if draw(st.booleans()):  # two sums apart in a chain of terms: (A - a) op (c - B)
+        chain = Binary(op, left[i.symbol] - a, c - right[i.symbol])
+        return Scope((i,), (), chain, name="p")
     return Scope((i,), (), Binary(op, left[i.symbol], right[i.symbol]), name="p")
 
 
