@@ -45,9 +45,9 @@ def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: 
             compiled = wrap(compile_fx_inner(graph, inputs, **kwargs))
         return compiled
     eager = wrap(make_boxed_func(graph.forward))
-    if nothing_to_fuse(graph.graph):  # Inductor's wrapper would only add its own cost
-        report.runs_eagerly = True
-        return eager
+    # not compiled yet, and only library calls: Inductor's wrapper would add its own cost;
+    # where it is compiled already, measured (Inductor's call of a small product can win)
+    assumed = compiled is None and nothing_to_fuse(graph.graph)
     lone = size_range.lone_symbol(example_inputs)
     larger = size_range.larger_size(example_inputs, lone[0]) if lone else None
     eagerly = []
@@ -55,7 +55,9 @@ def compiled_or_eager(graph, inputs, kwargs, wrap, example_inputs, report, key: 
         suffix = EAGERLY + (f"-at-{larger}" if at else "")
         timing = graph_pass.GraphReport(report.title)
         won = graph_pass.stored_comparison(key + suffix, timing, options)
-        if won is None:
+        if won is None and assumed:
+            won = True
+        elif won is None:
             with real_computation():
                 won = graph_pass.compare(compiled_once(), eager, example_inputs, timing,
                                          options, key + suffix, at, eagerly=True)

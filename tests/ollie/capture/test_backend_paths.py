@@ -264,3 +264,36 @@ def test_a_graphs_derivation_budget_pays_each_regions_rules_and_extraction(monke
             budget, graph_pass.MIN_REGION_S + graph_pass.EXTRACTION_S)
         assert len(left) == 6 - derived
         assert all("budget was spent" in why for why in left.values())
+
+
+@pytest.mark.parametrize("compiled_already, uncompiled_wins", [
+    (True, False), (True, True), (False, None)])
+def test_a_rewrite_of_library_calls_compiled_already_is_timed_uncompiled_too(
+        monkeypatch, compiled_already, uncompiled_wins):
+    """``aᵀ b`` (a permute, a product): not compiled yet, it runs as it is (Inductor's wrapper
+    would only cost); compiled already, both are timed (Inductor's call of a small product
+    can win), and the faster one runs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ollie.capture import graph_pass, size_branches
+    from ollie.capture.graph_pass import GraphReport
+    timed = []
+
+    def compare(compiled, eager, *args, **kwargs):
+        timed.append((compiled, eager))
+        return uncompiled_wins
+    monkeypatch.setattr(graph_pass, "compare", compare)
+    monkeypatch.setattr("torch._inductor.compile_fx.compile_fx_inner",
+                        lambda *a, **k: pytest.fail("compiled again"))
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    graph = make_fx(lambda a, b: (a.T @ b,))(a, b)
+    compiled = (lambda args: ["compiled"]) if compiled_already else None
+    report = GraphReport("inference graph 1")
+    chosen = size_branches.compiled_or_eager(graph, [a, b], {}, lambda f: f, [a, b], report,
+                                             "key", ollie.Options(cache=False), compiled)
+    assert len(timed) == compiled_already
+    runs_eagerly = uncompiled_wins if compiled_already else True
+    assert report.runs_eagerly == runs_eagerly
+    if runs_eagerly:
+        torch.testing.assert_close(chosen([a, b])[0], a.T @ b)
+    else:
+        assert chosen is compiled

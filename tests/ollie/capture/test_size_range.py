@@ -68,10 +68,11 @@ def test_a_chain_rewritten_above_its_crossing_branches_to_the_original_below_it(
     assert region.kernel is not None and region.size_branch and \
         region.size_range.endswith(">= 64")
     # below 64 rows the original does fewer multiply-adds; measured, its lead may last longer.
-    # Both graphs are library calls only: each runs as it is, with nothing for Inductor to fuse
+    # Both graphs are library calls only: the original runs as it is there, uncompiled; the
+    # rewrite, compiled already to be timed against the original, is timed uncompiled too
     below = re.search(r"the original graph, uncompiled, where s\d+ < (\d+)", report.by_size)
     assert below and 64 <= int(below.group(1)) <= 128, report.by_size
-    assert report.runs_eagerly and report.eager_timing is None
+    assert report.eager_timing is not None
 
 
 def test_below_a_branch_running_the_original_as_it_is_dynamos_graph_runs_itself():
