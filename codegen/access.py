@@ -14,6 +14,10 @@ its indices use (its *labels*). Reading it is one of, cheapest first:
 - ``FlatRead``: floor-div / mod indices that stay in bounds and whose row-major flat offset
   is still affine (reshapes that merge or split dims): a strided view of ``X.contiguous()``
   with constant strides.
+- ``SplitRead``: where no flat view fits, indices that take an iterator ``n`` apart by
+  digits, ``n // d`` and ``n % d`` (a reshape that merges dims after a permute: attention's
+  heads joined, a Conv1d's output read as rows): one of the reads above over ``n = d·hi +
+  lo``, whose two axes then merge into ``n``'s. No index arrays: one read for every size.
 - ``GatherRead``: anything else: index arrays (clamped positions) and a validity mask, both
   depending only on shapes, computed here once with numpy.
 
@@ -26,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import sympy
 
 from ir.interpreter import Interpreter
 from ir.nodes import Access, affine_terms, index_iterators
@@ -94,7 +99,15 @@ class GatherRead:
     mask: np.ndarray | None           # bool, True where every index is in bounds; None: always
 
 
-ReadPlan = ZeroRead | SliceRead | StridedRead | FlatRead | GatherRead
+@dataclass(frozen=True)
+class SplitRead:
+    inner: "SliceRead | StridedRead | FlatRead"  # over the digits of the split iterators
+    # (iterator, (its high digit, extent), (its low digit, extent)): a digit no index reads
+    # is not among the inner read's labels
+    merges: tuple[tuple[str, tuple[str, int], tuple[str, int]], ...]
+
+
+ReadPlan = ZeroRead | SliceRead | StridedRead | FlatRead | SplitRead | GatherRead
 
 
 def plan_read(access: Access, ranges: dict[str, tuple[int, int]],
@@ -126,7 +139,69 @@ def plan_read(access: Access, ranges: dict[str, tuple[int, int]],
             windows.append(Window(first, last + 1, size))
         if all(c >= 0 for coeffs, _ in terms for c in coeffs.values()):
             return _window_read(terms, tuple(windows), flips, ranges, labels)
-    return _numeric_read(access, ranges, labels)
+    numeric = _numeric_read(access, ranges, labels)
+    if isinstance(numeric, GatherRead):  # no flat view: by digits, or with index arrays
+        return _split_read(access, ranges, grid) or numeric
+    return numeric
+
+
+def _split_read(access: Access, ranges, grid) -> SplitRead | ZeroRead | None:
+    """The read over the digits ``n // d``, ``n % d`` of the iterators its indices take apart
+    (each from 0, a multiple of ``d`` long), where that makes every index affine; else None."""
+    parts: dict[sympy.Expr, tuple[sympy.Symbol, int]] = {}
+    for index in access.indices:
+        for part in index.atoms(sympy.floor, sympy.Mod):
+            digit = _digit(part)
+            if digit is None:
+                return None
+            parts[part] = digit
+    divisors = {n.name: {d for m, d in parts.values() if m == n} for n, _ in parts.values()}
+    if not divisors or any(len(ds) > 1 for ds in divisors.values()):
+        return None
+    taken = set(ranges) | set(grid)
+    new_ranges, new_grid, merges, names = dict(ranges), [], [], {}
+    for label in grid:
+        if label not in divisors:
+            new_grid.append(label)
+            continue
+        (d,), (lo, hi) = divisors[label], ranges[label]
+        if lo != 0 or hi % d:
+            return None
+        high, low = _fresh(f"{label}_hi", taken), _fresh(f"{label}_lo", taken)
+        new_ranges.update({high: (0, hi // d), low: (0, d)})
+        new_grid += [high, low]
+        merges.append((label, (high, hi // d), (low, d)))
+        names[label] = (high, low)
+    if len(merges) != len(divisors):
+        return None
+    swap = {part: sympy.Symbol(names[n.name][isinstance(part, sympy.Mod)], integer=True)
+            for part, (n, _) in parts.items()}
+    indices = tuple(i.xreplace(swap) for i in access.indices)
+    if any(s.name in divisors for i in indices for s in i.free_symbols):
+        return None  # an iterator also read whole
+    inner = plan_read(Access(access.source, indices), new_ranges, tuple(new_grid))
+    if isinstance(inner, (GatherRead, SplitRead)):
+        return None
+    return inner if isinstance(inner, ZeroRead) else SplitRead(inner, tuple(merges))
+
+
+def _digit(part) -> tuple[sympy.Symbol, int] | None:
+    """``(n, d)`` for ``floor(n / d)`` or ``Mod(n, d)``: an iterator and a divisor > 1."""
+    if isinstance(part, sympy.Mod):
+        n, d = part.args
+    else:
+        coeff, n = part.args[0].as_coeff_Mul()
+        if not (coeff.is_Rational and coeff.p == 1):
+            return None
+        d = coeff.q
+    return (n, int(d)) if n.is_Symbol and sympy.sympify(d).is_Integer and int(d) > 1 else None
+
+
+def _fresh(name: str, taken: set) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
 
 
 def _span(coeff: int, lo: int, hi: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from codegen.access import (
-    FlatRead, GatherRead, SliceRead, StridedRead, ZeroRead, plan_read,
+    FlatRead, GatherRead, SliceRead, SplitRead, StridedRead, ZeroRead, plan_read,
 )
 from ir.interpreter import BINARY as NP_BINARY, UNARY as NP_UNARY
 from ir.nodes import (
@@ -182,13 +182,36 @@ class BodyEmitter:
             return number(0.0)
         if isinstance(plan, GatherRead):
             return self._gather(src, plan)
+        if isinstance(plan, SplitRead):
+            return self.in_chunk(self._merged(self._view(src, plan.inner), plan.merges))
+        return self.in_chunk(self._view(src, plan))
+
+    def _view(self, src, plan) -> Value:
         if isinstance(plan, SliceRead):
-            v = self._slice(src, plan)
-        elif isinstance(plan, StridedRead):
-            v = self._strided(src, plan)
-        else:
-            v = self._flat(src, plan, math.prod(a.source.shape))
-        return self.in_chunk(v)
+            return self._slice(src, plan)
+        if isinstance(plan, StridedRead):
+            return self._strided(src, plan)
+        return self._flat(src, plan, math.prod(src.shape))
+
+    @staticmethod
+    def _merged(v: Value, merges) -> Value:
+        """``v`` with each iterator's two digit axes (high, low) merged into its one axis; a
+        digit it does not read is broadcast first."""
+        x, labels = v.x, list(v.labels)
+        for label, (high, highs), (low, lows) in merges:
+            for digit, extent, other, after in ((high, highs, low, 0), (low, lows, high, 1)):
+                if digit not in labels:
+                    at = labels.index(other) + after
+                    sizes = [-1] * (len(labels) + 1)
+                    sizes[at] = extent
+                    x = x.unsqueeze(at).expand(*sizes)
+                    labels.insert(at, digit)
+            order = [n for n in labels if n != low]
+            order.insert(order.index(high) + 1, low)
+            x = x.permute([labels.index(n) for n in order])
+            at = order.index(high)
+            x, labels = x.flatten(at, at + 1), order[:at] + [label] + order[at + 2:]
+        return Value(x, tuple(labels))
 
     def in_chunk(self, v: Value) -> Value:
         """``v`` restricted to the current chunk of the chunk iterator, if it has that axis."""

@@ -41,16 +41,31 @@ def test_nested_scope_with_offset_bounds():
                          shifted[i + 3, k - 2] * B[k, j]))
 
 
-def test_floor_and_mod_indices_gather_with_mask():
+def test_floor_and_mod_indices_gather_or_pad():
     kernel = check_lowering(Scope((It("i", 0, 10), It("j", 0, 3)), (),
                                   A[sympy.floor(i / 2), sympy.Mod(3 * j, 4)]
                                   + A[sympy.floor(i / 2) + 1, j]))
-    assert calls(kernel)["where"]  # floor(i/2) + 1 reaches row 5: masked
+    # 3j mod 4 is no digit: gathered; floor(i/2) + 1 reaches row 5, a zero padded in
+    assert list(kernel.index_arrays) == ["A_pos0", "A_pos1"] and calls(kernel)["pad"]
 
 
 def test_reshape_indices_are_a_view():
     kernel = check_lowering(Scope((It("i", 0, 20),), (), A[sympy.floor(i / 4), sympy.Mod(i, 4)]))
     assert calls(kernel)["reshape"] == 1 and not kernel.index_arrays
+
+
+def test_indices_taking_an_iterator_apart_by_digits_are_views_merged_again():
+    """``X[n // d, c, n % d]``, a reshape merging dims after a permute (a Conv1d's output read
+    as rows, attention's heads joined): no index arrays, one program for every size."""
+    X = Tensor("X", (4, 3, 6), "float64")
+    rows = check_lowering(Scope((It("i", 0, 24), It("j", 0, 3)), (),
+                                X[sympy.floor(i / 6), j, sympy.Mod(i, 6)] * 2.0))
+    heads = check_lowering(Scope((It("i", 0, 4), It("j", 0, 6), It("k", 0, 18)), (),
+                                 X[i, sympy.floor(k / 6), sympy.Mod(k, 6)] +
+                                 X[i, sympy.floor(k / 6), j]))  # one digit: broadcast
+    padded = check_lowering(Scope((It("i", 0, 24),), (),  # a digit past the end reads 0
+                                  X[sympy.floor(i / 6), 1, sympy.Mod(i, 6) + 1]))
+    assert not rows.index_arrays and not heads.index_arrays and not padded.index_arrays
 
 
 def test_strided_views():
