@@ -18,13 +18,26 @@ import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
 
-def _flops(target, args, kwargs, out_val) -> sympy.Expr | None:
+def _count(target, args, kwargs, out_val) -> int | torch.SymInt | None:
     """Torch's flop formula for one call (None: not a contraction)."""
     formula = flop_registry.get(getattr(target, "overloadpacket", None))
-    if formula is None:
-        return None
-    count = formula(*args, **kwargs, out_val=out_val)
+    return None if formula is None else formula(*args, **kwargs, out_val=out_val)
+
+
+def _flops(target, args, kwargs, out_val) -> sympy.Expr | None:
+    count = _count(target, args, kwargs, out_val)
+    return None if count is None else _expr(count)
+
+
+def _expr(count: int | torch.SymInt) -> sympy.Expr:
     return count.node.expr if isinstance(count, torch.SymInt) else sympy.Integer(count)
+
+
+def flops(node: fx.Node) -> int | torch.SymInt | None:
+    """Torch's flop count of one node's call, from ``meta["val"]`` (None: not a
+    contraction; a SymInt where sizes are symbolic)."""
+    args, kwargs = fx.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
+    return _count(node.target, args, kwargs, node.meta.get("val"))
 
 
 def counted(nodes) -> list[tuple[fx.Node, sympy.Expr]]:
@@ -32,12 +45,9 @@ def counted(nodes) -> list[tuple[fx.Node, sympy.Expr]]:
     a polynomial in the size symbols where sizes are symbolic)."""
     out = []
     for n in nodes:
-        if n.op != "call_function":
-            continue
-        args, kwargs = fx.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
-        count = _flops(n.target, args, kwargs, n.meta.get("val"))
+        count = flops(n) if n.op == "call_function" else None
         if count is not None:
-            out.append((n, count))
+            out.append((n, _expr(count)))
     return out
 
 

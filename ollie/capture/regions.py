@@ -24,7 +24,7 @@ from torch.utils.flop_counter import flop_registry
 import ir
 import ir.analysis
 from derivations.normalize import inline_views
-from ollie.capture import aten, conv_terms
+from ollie.capture import aten, contractions, conv_terms
 from ollie.capture.samples import concrete
 
 
@@ -295,11 +295,7 @@ def _summed_squares(contraction: fx.Node, reach: set, members: set) -> set[fx.No
     value of the product has terms: such a sum is a product of two contractions, each of one
     operand with itself, and does fewer multiply-adds where the inner dimension is the smaller
     (‖AB‖²_F = tr(AᵀA·BBᵀ)). A norm after a layer no wider than its input has none."""
-    args, kwargs = fx.map_arg((contraction.args, contraction.kwargs),
-                              lambda a: a.meta.get("val"))
-    flops = flop_registry[contraction.target.overloadpacket](
-        *args, **kwargs, out_val=contraction.meta.get("val"))
-    terms = concrete(flops) // max(2 * _numel(contraction), 1)
+    terms = concrete(contractions.flops(contraction)) // max(2 * _numel(contraction), 1)
     squares = [s for s in reach if s.target.overloadpacket is torch.ops.aten.pow and
                len(s.args) > 1 and s.args[1] == 2]
     return {r for s in squares for r in _linear_reach(s, members)
