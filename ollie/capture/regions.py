@@ -295,9 +295,11 @@ def _summed_squares(contraction: fx.Node, reach: set, members: set) -> set[fx.No
     value of the product has terms: such a sum is a product of two contractions, each of one
     operand with itself, and does fewer multiply-adds where the inner dimension is the smaller
     (‖AB‖²_F = tr(AᵀA·BBᵀ)). A norm after a layer no wider than its input has none."""
-    terms = concrete(contractions.flops(contraction)) // max(2 * _numel(contraction), 1)
     squares = [s for s in reach if s.target.overloadpacket is torch.ops.aten.pow and
                len(s.args) > 1 and s.args[1] == 2]
+    if not squares:
+        return set()
+    terms = concrete(contractions.flops(contraction)) // max(2 * _numel(contraction), 1)
     return {r for s in squares for r in _linear_reach(s, members)
             if r.target.overloadpacket in LINEAR_REDUCTIONS and _numel(s) > terms * _numel(r)}
 
