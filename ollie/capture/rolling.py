@@ -67,7 +67,7 @@ class _Term:
         if self._entered > 2 * MAX_NODES:  # (a recurrence's state reads every step)
             raise NotABody
         key, at = None, _select(node)
-        if at is not None:
+        if at is not None and at[0] not in self.dependent:  # (a position of a position: an op)
             *leaf, c = at
             if self.c not in (None, c):
                 raise NotABody
@@ -274,12 +274,17 @@ def _put_batched(gm: fx.GraphModule, root: fx.Node, body: _Term, finish, extra: 
 def _select(node) -> tuple[fx.Node, int, bool, int] | None:
     """``(base, dim, keep, position)`` where ``node`` is one position of ``base`` along
     ``dim``: ``aten.select`` or an ``unbind`` item (the dim dropped), or a piece of a ``split``
-    into size 1 (the dim kept); dim and position counted from the start."""
+    into size 1 or a slice ``c:c+1`` (the dim kept); dim and position counted from the
+    start."""
     if not (isinstance(node, fx.Node) and node.op == "call_function"):
         return None
-    keep = node.target == operator.getitem
+    keep = node.target in (operator.getitem, aten.slice.Tensor)
     if node.target == aten.select.int:
         base, dim, c = node.args
+    elif node.target == aten.slice.Tensor:
+        base, dim, c, end, step = (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
+        if not (isinstance(c, int) and c >= 0 and end == c + 1 and step == 1):
+            return None
     elif node.target == operator.getitem and isinstance(node.args[0], fx.Node) and \
             node.args[0].target in (aten.unbind.int, aten.split.Tensor,
                                     aten.split_with_sizes.default):

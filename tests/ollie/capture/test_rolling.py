@@ -165,3 +165,27 @@ def test_heads_taken_by_split_into_size_one_pieces_roll_up_keeping_their_dim():
                        "concatenated"]
     assert count(new, aten._softmax.default) + count(new, aten.amax.default) == 1, new.code
     torch.testing.assert_close(new(*args), gm(*args))
+
+
+def test_columns_taken_by_slices_of_one_roll_up_as_a_product():
+    def columns(x, w):  # x[:, i:i+1] keeps its dim: a sum of outer products, x @ w
+        total = torch.zeros(x.shape[0], w.shape[1])
+        for i in range(w.shape[0]):
+            total = total + x[:, i:i + 1] * w[i]
+        return total
+    args = (torch.randn(5, 4), torch.randn(4, 3))
+    gm, fakes = graph_of(columns, *args)
+    new, applied = rolling.roll(gm, fakes, graph_rules.ON)
+    assert applied == ["rolled_sum: 4 copies of one computation on the slices of 2 tensor(s), "
+                       "summed"]
+    assert count(gm, aten.mul.Tensor) == 4 and count(new, aten.mul.Tensor) == 1, new.code
+    torch.testing.assert_close(new(*args), gm(*args))
+
+
+def test_slices_longer_than_one_or_strided_are_not_loop_positions():
+    def pairs(x):
+        return x[:, 0:2] * 2 + x[:, 2:4] * 2 + x[:, 0:4:2] * 2
+    args = (torch.randn(5, 4),)
+    gm, fakes = graph_of(pairs, *args)
+    new, applied = rolling.roll(gm, fakes, graph_rules.ON)
+    assert applied == []
