@@ -132,6 +132,13 @@ def outer_product_loop(u, v):
     return total
 
 
+def column_loop(x, w):
+    total = torch.zeros(x.shape[0], w.shape[1])
+    for i in range(w.shape[0]):
+        total = total + x[:, i:i + 1] * w[i]
+    return total
+
+
 def bilinear_sum_loop(x, w, y):
     return sum(x[i] @ w @ y[i] for i in range(x.shape[0]))
 
@@ -256,6 +263,11 @@ def _outer_product_loop(s):
     return outer_product_loop, _inputs((_dim(32, s, 2), n), (_dim(32, s, 2), n))
 
 
+def _column_loop(s):
+    k = _dim(32, s, 2)
+    return column_loop, _inputs((_dim(512, s, 2), k), (k, _dim(256, s, 2)))
+
+
 def _bilinear_sum_loop(s):
     n = _dim(256, s, 2)
     return bilinear_sum_loop, _inputs((_dim(32, s, 2), n), (n, n), (_dim(32, s, 2), n))
@@ -306,6 +318,8 @@ CASES = [
          _head_loop),
     Case("outer_product_loop", "a Python loop adding torch.outer(u[i], v[i]) over the rows",
          _outer_product_loop),
+    Case("column_loop", "a Python loop adding x[:, i:i+1] * w[i] over the columns",
+         _column_loop),
     Case("bilinear_sum_loop", "sum(x[i] @ w @ y[i] for i in rows)", _bilinear_sum_loop),
     Case("product_sqnorm", "(a @ b).pow(2).sum(), thin inner dimension",
          _thin_product(product_sqnorm)),

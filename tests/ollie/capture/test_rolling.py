@@ -4,7 +4,7 @@ import torch
 import ollie
 from graph_helpers import count, graph_of
 from ollie.capture import graph_rules, rolling
-from ollie.cli.bench_suite import bilinear_sum_loop, outer_product_loop
+from ollie.cli.bench_suite import bilinear_sum_loop, column_loop, outer_product_loop
 
 aten = torch.ops.aten
 
@@ -168,13 +168,8 @@ def test_heads_taken_by_split_into_size_one_pieces_roll_up_keeping_their_dim():
 
 
 def test_columns_taken_by_slices_of_one_roll_up_as_a_product():
-    def columns(x, w):  # x[:, i:i+1] keeps its dim: a sum of outer products, x @ w
-        total = torch.zeros(x.shape[0], w.shape[1])
-        for i in range(w.shape[0]):
-            total = total + x[:, i:i + 1] * w[i]
-        return total
-    args = (torch.randn(5, 4), torch.randn(4, 3))
-    gm, fakes = graph_of(columns, *args)
+    args = (torch.randn(5, 4), torch.randn(4, 3))  # x[:, i:i+1] keeps its dim
+    gm, fakes = graph_of(column_loop, *args)
     new, applied = rolling.roll(gm, fakes, graph_rules.ON)
     assert applied == ["rolled_sum: 4 copies of one computation on the slices of 2 tensor(s), "
                        "summed"]
