@@ -43,7 +43,7 @@ from derivations.index_rules import IndexRule
 from derivations.rules import Rules, default_rulesets
 from derivations.rules.index import default_index_rules
 from derivations.schedule import (
-    Budget, Report, admit, expression_depth, recursion_room, run_rulesets,
+    Budget, Report, admit, collector_paused, expression_depth, recursion_room, run_rulesets,
 )
 from derivations.term import SCOPE_OPS, Term
 from derivations.view import ENode, Ref, View, load
@@ -100,7 +100,7 @@ class Derivation:
         against the original anyway, as the compiler does, passes a small limit), and so
         are those whose check would not end within the budget (``VERIFY_RATE``; checks up
         to ``VERIFY_FLOOR`` points always run)."""
-        with recursion_room(expression_depth(self.expr)):
+        with recursion_room(expression_depth(self.expr)), collector_paused():
             return self._candidates(k, cost, verify_limit)
 
     def _candidates(self, k: int, cost: Callable[[Scope], float],
@@ -187,11 +187,16 @@ def derive(expr: Scope, budget: Budget = Budget(), rulesets: tuple[Rules, ...] |
     ``on_iteration(report, seconds)`` is called after every iteration (progress display).
     An input nested deeper than ``schedule.MAX_DEPTH`` raises ``InputTooDeep`` at once.
     """
-    with recursion_room(admit(expr)):
-        return _derive(expr, budget, rulesets, index_rules, guide, on_iteration)
+    # the rules first: loading them (the synthesized ones are read from disk) is not the
+    # derivation's time
+    chosen = default_rulesets() if rulesets is None else tuple(rulesets)
+    if index_rules is None:
+        index_rules = default_index_rules() if rulesets is None else ()
+    with recursion_room(admit(expr)), collector_paused():
+        return _derive(expr, budget, chosen, tuple(index_rules), guide, on_iteration)
 
 
-def _derive(expr, budget, rulesets, index_rules, guide, on_iteration) -> Derivation:
+def _derive(expr, budget, chosen, index_rules, guide, on_iteration) -> Derivation:
     started = time.perf_counter()  # the budget covers the encoding and the extraction too
     term, enc = encode(expr)
     egraph = EGraph()
@@ -205,10 +210,7 @@ def _derive(expr, budget, rulesets, index_rules, guide, on_iteration) -> Derivat
         sender.iterator(name)
     sender.root(term)
     sender.run(egraph)
-    chosen = default_rulesets() if rulesets is None else tuple(rulesets)
-    if index_rules is None:
-        index_rules = default_index_rules() if rulesets is None else ()
-    index = IndexPass(enc, tuple(index_rules), guide, sender) if index_rules else None
+    index = IndexPass(enc, index_rules, guide, sender) if index_rules else None
     report = run_rulesets(egraph, chosen, budget, index, on_iteration, started=started)
     return Derivation(expr, term, enc, egraph, report, deadline=started + budget.seconds)
 
