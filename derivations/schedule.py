@@ -9,11 +9,11 @@ exceeded.
 Budgets are checked between iterations, against the current size and time *plus* what the
 last iteration added (in time: its egglog step, which cannot be interrupted; the index pass
 stops at the deadline itself), so an iteration that is expected to cross a line is not
-started. The
-time budget covers the encoding, the rules *and* the extraction of candidates that follows
-(``Derivation.candidates``: reading the e-graph, the beam, the ILP, the checks). The rules
-leave the extraction ``1 - RULES_SHARE`` of the budget, or more on a big e-graph:
-``EXTRACT_PER_NODE`` seconds per e-node (the index pass counts the nodes it adds as it goes).
+started. The time budget covers the encoding, the rules *and* the extraction of candidates
+that follows (``Derivation.candidates``: reading the e-graph, the beam, the ILP, the
+checks). The rules leave the extraction ``1 - RULES_SHARE`` of the budget, or more on a big
+e-graph: ``EXTRACT_PER_NODE`` seconds per e-node (the index pass counts the nodes it adds as
+it goes).
 Nodes: an iteration that might cross the node budget (the first one, any past half the
 budget, any that would cross it growing 4x as much as the last) runs after ``push()`` and
 is undone with ``pop()`` if it did cross it. (Snapshots are not taken on every iteration:

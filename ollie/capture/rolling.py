@@ -302,6 +302,8 @@ def _select(node) -> tuple[fx.Node, int, bool, int] | None:
         return None
     shape = shape_of(base)
     dim = dim + len(shape) if dim < 0 else dim
+    if isinstance(shape[dim], int) and c >= shape[dim]:  # (an empty slice: no position)
+        return None
     if c < 0 and not isinstance(shape[dim], int):
         return None
     return base, dim, keep, c + shape[dim] if c < 0 else c
