@@ -281,8 +281,9 @@ def _select(node) -> tuple[fx.Node, int, bool, int] | None:
     keep = node.target in (operator.getitem, aten.slice.Tensor)
     if node.target == aten.select.int:
         base, dim, c = node.args
-    elif node.target == aten.slice.Tensor:
-        base, dim, c, end, step = (*node.args, *(0, None, None, 1)[len(node.args) - 1:])
+    elif node.target == aten.slice.Tensor:  # slice(self, dim=0, start=None, end=None, step=1)
+        defaults = (0, None, None, 1)[len(node.args) - 1:]  # of the arguments not given
+        base, dim, c, end, step = (*node.args, *defaults)
         if not (isinstance(c, int) and c >= 0 and end == c + 1 and step == 1):
             return None
     elif node.target == operator.getitem and isinstance(node.args[0], fx.Node) and \
