@@ -177,9 +177,12 @@ def test_parallel_branches_share_one_product_at_every_batch_size_through_the_bac
         for batch in (8, 16, 5):
             x = torch.randn(batch, 32)
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    report = backend.reports[0]
     assert len(backend.reports) == 1  # one graph serves every batch size
+    # found on the symbolic graph; whether it runs after the region's program or on the
+    # original graph instead is a timed choice, so either list may hold it
     assert "generated: add(mm(X, U), mm(X, W)) → mm(X, add(U, W))" in \
-        backend.reports[0].substitutions
+        report.substitutions + report.alternative_substitutions
 
 
 def test_branches_of_a_batch_of_sequences_are_matched_through_their_views():
