@@ -86,6 +86,7 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     the backend builds) or by guards (``ollie.capture.size_range``)."""
     report = GraphReport(title)
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
+    gm = symbolic.split_means(gm) if dynamic else gm
     original, rolled = gm, substitution.rolled(gm, example_inputs, report)
     gm = rolled if rolled is not None else gm  # what the regions and substitutions start from
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)

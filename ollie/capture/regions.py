@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
@@ -26,6 +27,11 @@ import ir.analysis
 from derivations.normalize import inline_views
 from ollie.capture import aten, contractions, conv_terms
 from ollie.capture.samples import concrete
+
+# Elementwise arithmetic: a size it takes as an operand is a value, which the translation
+# would write as a literal at its hint.
+ARITHMETIC = {getattr(torch.ops.aten, name) for name in ("add", "sub", "rsub", "mul", "div",
+                                                         "true_divide", "pow")}
 
 
 class Unsupported(Exception):
@@ -105,6 +111,9 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
 
         def operand(a):
             if isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.SymInt):
+                if a in node.args and node.target.overloadpacket in ARITHMETIC and \
+                        not isinstance(a.meta["val"].node.expr, sympy.Integer):
+                    raise Unsupported(f"it computes with {a.name}, a size that varies")
                 return concrete(a.meta["val"])  # a size read from the graph, at its hint
             if isinstance(a, fx.Node):
                 if a in exprs and not materialised(a):

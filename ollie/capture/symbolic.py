@@ -19,6 +19,8 @@ A region that fails either check keeps its original nodes, and the report says w
 """
 from __future__ import annotations
 
+import operator
+
 import sympy
 import torch
 import torch.fx as fx
@@ -26,6 +28,7 @@ from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from ollie.capture.rewrite import copy_graph
 from ollie.numerics import max_relative_error
 from ollie.region import allowance, run_node
 
@@ -93,12 +96,36 @@ def refuse_specialised(env: ShapeEnv) -> None:
                            f"({len(env.guards)} size guard(s) while tracing it)")
 
 
-def other_sizes(metas: list, shape_env: ShapeEnv, step: int) -> dict:
-    """A second value for every size symbol of ``metas``: its hint plus ``step``."""
+def other_sizes(metas: list, shape_env: ShapeEnv):
+    """Second values for every size symbol of ``metas``, each a dict, in the order to try
+    them: about half the hints first (a size the lowering wrote as a literal, a mean's
+    ``1/n``, is off by a factor there, where one more than the hint differs by a rounding
+    error), then just past them; only values the graph's guards admit."""
     symbols = {s for m in metas for d in _sizes(m) if isinstance(d, torch.SymInt)
                for s in d.node.expr.free_symbols}
-    hints = shape_env.backed_var_to_val
-    return {s: int(hints[s]) + step for s in symbols if s in hints}
+    hints = {s: int(v) for s, v in shape_env.backed_var_to_val.items()}
+    for new in ([lambda h, k=k: h // 2 + k for k in (1, 2, 3)] +
+                [lambda h, k=k: h + k for k in (1, 2, 4)]):
+        sizes = {s: new(hints[s]) for s in symbols if s in hints}
+        if any(sizes[s] != hints[s] for s in sizes) and _admitted(sizes, hints, shape_env):
+            yield sizes
+
+
+def _admitted(sizes: dict, hints: dict, shape_env: ShapeEnv) -> bool:
+    """Whether the graph's size ranges and guards hold at ``sizes`` (the other symbols at
+    their hints); a guard that does not evaluate there does not rule them out."""
+    for s, v in sizes.items():
+        bounds = shape_env.var_to_range.get(s)
+        if bounds is not None and not bounds.lower <= v <= bounds.upper:
+            return False
+    values = {s: sympy.Integer(v) for s, v in {**hints, **sizes}.items()}
+    for guard in shape_env.guards:
+        try:
+            if not bool(guard.expr.xreplace(values)):
+                return False
+        except TypeError:  # a relation left symbolic (an unbacked size)
+            continue
+    return True
 
 
 def _sizes(value) -> list:
@@ -127,8 +154,7 @@ def check_other_size(region, traced: fx.GraphModule, input_names, shape_env: Sha
     """Run ``traced`` and the region's original nodes at a second size; raise
     ``SizeSpecific`` when they disagree or the original does not run there."""
     metas = [region.inputs[n].meta["val"] for n in input_names]
-    for step in (1, 2, 4):  # sizes the graph admits (divisibility, bounds): try a few
-        sizes = other_sizes(metas + [region.root.meta["val"]], shape_env, step)
+    for sizes in other_sizes(metas + [region.root.meta["val"]], shape_env):
         env = {region.inputs[n]: sample_at(m, sizes) for n, m in zip(input_names, metas)}
         try:
             with torch.no_grad():
@@ -149,3 +175,81 @@ def check_other_size(region, traced: fx.GraphModule, input_names, shape_env: Sha
             raise SizeSpecific(f"the derived program differs at another size (error {error:.2e})")
         return
     raise SizeSpecific("no second size to check the derived program at")
+
+
+def split_means(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm``, or a copy where each mean over dims of symbolic size is a sum divided by the
+    count, read from the graph's inputs: translated, a mean's ``1/n`` is a literal at the
+    hint, which holds at no other size, while the sum derives alone and the count stays
+    symbolic (an arithmetic operand of symbolic size is left out of regions)."""
+    aten = torch.ops.aten
+    means = {}  # mean node -> the graph's inputs' nodes giving its reduced sizes
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in (aten.mean.dim, aten.mean.default) or \
+                n.kwargs.get("dtype") or not isinstance(n.args[0].meta.get("val"), torch.Tensor):
+            continue
+        shape = n.args[0].meta["val"].shape
+        if any(_symbolic(shape[d]) for d in _reduced(n)):
+            sizes = [_size_read(gm, shape[d]) for d in _reduced(n)]
+            if None not in sizes:
+                means[n] = sizes
+    if not means:
+        return gm
+    gm, copied = copy_graph(gm)
+    for old, sizes in means.items():
+        node = copied[old]
+        x, dims = node.args[0], _reduced(node)
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        with gm.graph.inserting_before(node):
+            count = None
+            for size in sizes:
+                size = _node_of(gm, size, copied)
+                if count is not None:
+                    value = count.meta["val"] * size.meta["val"]
+                    size = gm.graph.call_function(operator.mul, (count, size))
+                    size.meta["val"] = value
+                count = size
+            total = gm.graph.call_function(aten.sum.dim_IntList, (x, dims, keepdim))
+            total.meta["val"] = aten.sum.dim_IntList(x.meta["val"], dims, keepdim)
+            mean = gm.graph.call_function(aten.div.Tensor, (total, count))
+            mean.meta["val"] = aten.div.Tensor(total.meta["val"], count.meta["val"])
+        node.replace_all_uses_with(mean)
+        gm.graph.erase_node(node)
+    gm.recompile()
+    return gm
+
+
+def _reduced(mean: fx.Node) -> list[int]:
+    """The dims a mean node reduces, non-negative."""
+    rank = mean.args[0].meta["val"].dim()
+    dims = mean.args[1] if mean.target is torch.ops.aten.mean.dim and len(mean.args) > 1 \
+        else mean.kwargs.get("dim")
+    dims = list(range(rank)) if not dims else dims
+    return sorted(d % rank for d in dims)
+
+
+def _size_read(gm: fx.GraphModule, size):
+    """Where the graph's inputs give ``size``: an int, a size input (a node), or (an input
+    tensor, its dim); None where none does. (A size read from the mean's own operand would
+    give that value a second user, and cut the region at it.)"""
+    if not _symbolic(size):
+        return int(size)
+    for p in gm.graph.find_nodes(op="placeholder"):
+        val = p.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.expr == size.node.expr:
+            return p
+        if isinstance(val, torch.Tensor):
+            for d, n in enumerate(val.shape):
+                if isinstance(n, torch.SymInt) and n.node.expr == size.node.expr:
+                    return p, d
+    return None
+
+
+def _node_of(gm: fx.GraphModule, size, copied: dict) -> fx.Node | int:
+    if isinstance(size, fx.Node):
+        return copied[size]
+    if isinstance(size, tuple):
+        read = gm.graph.call_function(torch.ops.aten.sym_size.int, (copied[size[0]], size[1]))
+        read.meta["val"] = size[0].meta["val"].shape[size[1]]
+        return read
+    return size

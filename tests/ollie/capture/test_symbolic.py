@@ -134,3 +134,51 @@ def test_products_of_the_column_groups_of_a_batch_of_any_length_merge_into_one()
     for rows in (5, 7):
         x = torch.randn(rows * 64)
         torch.testing.assert_close(new(x), fn(x))
+
+
+def test_the_second_size_is_about_half_the_hint_where_the_guards_admit_it():
+    """One more than the hint would hide a size written as a literal (a mean's ``1/n`` is
+    off by a rounding error there); half of it shows it, unless the graph rules it out."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    def first_sizes(guard):
+        env = ShapeEnv()
+        size = env.create_symintnode(env.create_symbol(100, symbolic.ConstantSource("n")),
+                                     hint=100)
+        if guard:
+            env.evaluate_expr(sympy.Gt(size.node.expr, 60))
+        return [next(iter(s.values())) for s in symbolic.other_sizes([size], env)]
+    assert first_sizes(guard=False)[:2] == [51, 52]
+    assert first_sizes(guard=True) == [101, 102, 104]
+
+
+def test_a_mean_over_a_varying_size_is_a_sum_and_a_division_by_the_size():
+    gm, fakes = symbolic_graph_of(lambda x, w: (x @ w).mean(0), torch.randn(6, 4),
+                                  torch.randn(4, 3))
+    split = symbolic.split_means(gm)
+    targets = [n.target for n in split.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.mean.dim not in targets and torch.ops.aten.sum.dim_IntList in targets
+    for rows in (6, 9):
+        x, w = torch.randn(rows, 4), torch.randn(4, 3)
+        torch.testing.assert_close(split(x, w), (x @ w).mean(0))
+    from ollie.capture import regions
+    [region] = regions.translate(split).regions  # the division stays out, the sum derives
+    assert region.root.target is torch.ops.aten.sum.dim_IntList
+
+
+def test_a_mean_of_a_product_is_rewritten_for_every_size():
+    import ollie
+
+    def mean_of_dots(x, y):
+        return (x @ y.T).mean()
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(mean_of_dots, backend=backend, dynamic=True)
+    torch.manual_seed(0)
+    for rows in (512, 200, 333):
+        x, y = torch.randn(rows, 256) + 0.1, torch.randn(rows, 256)
+        torch.testing.assert_close(compiled(x, y), mean_of_dots(x.double(), y.double()).float(),
+                                   rtol=1e-4, atol=1e-6)
+    [report] = backend.reports
+    assert [r.decision.outcome.value for r in report.regions] == ["adopted"], \
+        [r.decision.text for r in report.regions]
