@@ -205,7 +205,7 @@ def split_means(gm: fx.GraphModule) -> fx.GraphModule:
             for size in sizes:
                 size = _node_of(gm, size, copied)
                 if count is not None:
-                    value = count.meta["val"] * size.meta["val"]
+                    value = _value(count) * _value(size)
                     size = gm.graph.call_function(operator.mul, (count, size))
                     size.meta["val"] = value
                 count = size
@@ -243,6 +243,10 @@ def _size_read(gm: fx.GraphModule, size):
                 if isinstance(n, torch.SymInt) and n.node.expr == size.node.expr:
                     return p, d
     return None
+
+
+def _value(size):
+    return size.meta["val"] if isinstance(size, fx.Node) else size
 
 
 def _node_of(gm: fx.GraphModule, size, copied: dict) -> fx.Node | int:

@@ -154,17 +154,19 @@ def test_the_second_size_is_about_half_the_hint_where_the_guards_admit_it():
 
 
 def test_a_mean_over_a_varying_size_is_a_sum_and_a_division_by_the_size():
-    gm, fakes = symbolic_graph_of(lambda x, w: (x @ w).mean(0), torch.randn(6, 4),
-                                  torch.randn(4, 3))
-    split = symbolic.split_means(gm)
-    targets = [n.target for n in split.graph.nodes if n.op == "call_function"]
-    assert torch.ops.aten.mean.dim not in targets and torch.ops.aten.sum.dim_IntList in targets
-    for rows in (6, 9):
-        x, w = torch.randn(rows, 4), torch.randn(4, 3)
-        torch.testing.assert_close(split(x, w), (x @ w).mean(0))
     from ollie.capture import regions
-    [region] = regions.translate(split).regions  # the division stays out, the sum derives
-    assert region.root.target is torch.ops.aten.sum.dim_IntList
+    w = torch.randn(4, 3)
+    for mean in (lambda x: (x @ w).mean(0), lambda x: (x @ w).mean()):  # (3 columns: fixed)
+        gm, _ = symbolic_graph_of(mean, torch.randn(6, 4))
+        split = symbolic.split_means(gm)
+        targets = [n.target for n in split.graph.nodes if n.op == "call_function"]
+        assert torch.ops.aten.sum.dim_IntList in targets and not any(
+            t in targets for t in (torch.ops.aten.mean.dim, torch.ops.aten.mean.default))
+        for rows in (6, 9):
+            x = torch.randn(rows, 4)
+            torch.testing.assert_close(split(x), mean(x))
+        [region] = regions.translate(split).regions  # the division stays out, the sum derives
+        assert region.root.target is torch.ops.aten.sum.dim_IntList
 
 
 def test_a_mean_of_a_product_is_rewritten_for_every_size():
