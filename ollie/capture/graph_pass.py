@@ -151,7 +151,8 @@ def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
         kernel = rr.kernel
         operands = [values[region.inputs[name]] for name in kernel.input_names]
         try:
-            traced = _trace(region, kernel, operands, decompositions, dynamic)
+            traced = _trace(region, kernel, operands, decompositions, dynamic,
+                            _shape_env(example_inputs) if dynamic else None)
         except symbolic.SizeSpecific as e:
             rr.kernel, rr.decision = None, rr.decision.overruled(Outcome.KEPT, str(e))
             continue
@@ -167,13 +168,6 @@ def _splice(gm, adopted, values, decompositions, dynamic: bool, example_inputs,
             rr.decision = rr.decision.overruled(
                 Outcome.KEPT, f"the program traced into ATen differs (error {error:.2e})")
             continue
-        if dynamic:
-            try:
-                symbolic.check_other_size(region, traced, kernel.input_names,
-                                          _shape_env(example_inputs))
-            except symbolic.SizeSpecific as e:
-                rr.kernel, rr.decision = None, rr.decision.overruled(Outcome.KEPT, str(e))
-                continue
         rewrite.splice(new, mapping[region.root],
                        [mapping[region.inputs[name]] for name in kernel.input_names], traced)
         traced_programs[region.root] = traced
@@ -297,9 +291,13 @@ def _sizes_read(region) -> list[fx.Node]:
             if isinstance(a.meta.get("val"), torch.SymInt)]
 
 
-def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool):
+def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool,
+           shape_env=None):
     """The kernel's ATen graph, laid out like the value it replaces; symbolic in the sizes
-    that are symbolic in the graph (``SizeSpecific`` when the kernel fixes one)."""
+    that are symbolic in the graph (``SizeSpecific`` when the kernel fixes one). A lowered
+    program writes sizes as numbers at the hints: where a number is a symbolic size's hint,
+    the program reading that size is tried first, and with ``shape_env`` (the graph's) each
+    form is checked at a second size before it is taken."""
     like = region.root.meta["val"]
     if not dynamic:
         return rewrite.trace_kernel(kernel, operands, like, decompositions)
@@ -309,14 +307,27 @@ def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool):
     like = torch.empty_strided([concrete(d) for d in like.shape],
                                [concrete(d) for d in like.stride()], dtype=like.dtype)
     metas = [region.inputs[name].meta["val"] for name in kernel.input_names]
-    fakes, env = symbolic.fake_inputs(operands, metas)
-    try:
-        traced = rewrite.trace_kernel(kernel, operands, like, decompositions, fakes)
-    except Exception as e:  # what the program does at these sizes does not trace for all
-        raise symbolic.SizeSpecific(f"the derived program does not trace with symbolic "
-                                    f"sizes: {first_line(e)}") from e
-    symbolic.refuse_specialised(env)
-    return traced
+    read = symbolic.sizes_as_symbols(
+        rewrite.trace_kernel(kernel, operands, like, decompositions),
+        symbolic.fake_inputs(operands, metas)[0], like)
+    failure = None
+    for program in ([read] if read is not None else []) + [kernel]:
+        fakes, env = symbolic.fake_inputs(operands, metas)
+        try:
+            traced = rewrite.trace_kernel(program, operands, like, decompositions, fakes)
+        except Exception as e:  # what the program does at these sizes does not trace for all
+            failure = symbolic.SizeSpecific(f"the derived program does not trace with "
+                                            f"symbolic sizes: {first_line(e)}")
+            continue
+        try:
+            symbolic.refuse_specialised(env)
+            if shape_env is not None:
+                symbolic.check_other_size(region, traced, kernel.input_names, shape_env)
+        except symbolic.SizeSpecific as e:
+            failure = e
+            continue
+        return traced
+    raise failure
 
 
 def _shape_env(example_inputs):

@@ -19,6 +19,7 @@ A region that fails either check keeps its original nodes, and the report says w
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 import sympy
@@ -257,3 +258,53 @@ def _node_of(gm: fx.GraphModule, size, copied: dict) -> fx.Node | int:
         read.meta["val"] = size[0].meta["val"].shape[size[1]]
         return read
     return size
+
+
+def sizes_as_symbols(traced: fx.GraphModule, fakes: list, like) -> fx.GraphModule | None:
+    """``traced`` (a program traced at the hint sizes) where each number an operator takes as
+    a size or a scalar, equal to the hint of one symbolic size of ``fakes`` and to no fixed
+    size of them or of ``like`` (the output), is read from that input's size instead (the
+    extent of a sum over a broadcast value, a view's length); None where there is none.
+    Whether the number was that size is not known here: the second-size check tells."""
+    symbols: dict[int, set] = {}  # hint -> the size symbols with that hint
+    where: dict = {}  # size symbol -> (input, dim) holding it
+    for i, fake in enumerate(fakes):
+        for d, n in enumerate(fake.shape):
+            if _symbolic(n):
+                symbols.setdefault(int(n.node.hint), set()).add(n.node.expr)
+                where.setdefault(n.node.expr, (i, d))
+    fixed = {d for t in [*fakes, like] for d in t.shape if not _symbolic(d)}
+    hints = {h: where[next(iter(s))] for h, s in symbols.items() if len(s) == 1 and h not in fixed}
+    gm, _ = copy_graph(traced)
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    reads: dict[tuple[int, int], fx.Node] = {}
+
+    def symbol(value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(symbol(v) for v in value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not float(value).is_integer() or int(value) not in hints:
+            return value
+        i, d = hints[int(value)]
+        if (i, d) not in reads:
+            with gm.graph.inserting_after(placeholders[-1]):
+                reads[i, d] = gm.graph.call_function(torch.ops.aten.sym_size.int,
+                                                     (placeholders[i], d))
+        return reads[i, d]
+    for node in [n for n in gm.graph.nodes if n.op == "call_function"]:
+        if isinstance(node.target, torch._ops.OpOverload):
+            sizes = _size_arguments(node.target)
+            node.args = tuple(symbol(a) if k in sizes else a for k, a in enumerate(node.args))
+    if not reads:
+        return None
+    gm.recompile()
+    return gm
+
+
+@functools.cache
+def _size_arguments(op) -> frozenset[int]:
+    """The positions of ``op``'s arguments that take sizes (``SymInt``) or numbers."""
+    from torchgen.model import FunctionSchema
+    schema = FunctionSchema.parse(str(op._schema).split("::", 1)[-1])
+    return frozenset(k for k, a in enumerate(schema.arguments.flat_positional)
+                     if str(a.type).startswith(("SymInt", "Scalar", "Tensor")))

@@ -184,3 +184,36 @@ def test_a_mean_of_a_product_is_rewritten_for_every_size():
     [report] = backend.reports
     assert [r.decision.outcome.value for r in report.regions] == ["adopted"], \
         [r.decision.text for r in report.regions]
+
+
+def test_a_number_that_is_a_varying_sizes_hint_is_read_from_that_size():
+    """A lowered program writes sizes as numbers: a sum over a broadcast bias is the bias
+    times the length. Where a number is the hint of one varying size and of no fixed one,
+    the program reads the size; a dim argument (not a size) stays as it is."""
+    reals, metas = symbolic_rows(m=6, k=4)  # a: 6 (varying) × 4, b: 4 × 8
+    fakes, _ = symbolic.fake_inputs(reals, metas)
+
+    def program(a, b):
+        return (a @ b).sum(0) + b.sum(0) * 6 + b.sum(0) * 4
+    traced = rewrite.trace_kernel(Kernel(program), reals, program(*reals), {})
+    read = symbolic.sizes_as_symbols(traced, fakes, program(*reals))
+    a, b = torch.randn(9, 4), torch.randn(4, 8)
+    torch.testing.assert_close(read(a, b), (a @ b).sum(0) + b.sum(0) * 9 + b.sum(0) * 4)
+    fixed = torch.randn(6, 8)  # an output of 6 rows: the 6 could be either size, none is read
+    assert symbolic.sizes_as_symbols(traced, fakes, fixed) is None
+
+
+def test_a_linear_layer_averaged_over_a_sequence_of_any_length_is_rewritten():
+    import ollie
+
+    linear = torch.nn.Linear(256, 256).eval()
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(lambda x: linear(x).mean(1), backend=backend, dynamic=True)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for length in (96, 40, 71):
+            x = torch.randn(2, length, 256)
+            torch.testing.assert_close(compiled(x), linear(x).mean(1), rtol=1e-4, atol=1e-5)
+    [report] = backend.reports  # sum(x) W + length · b: the length read from x
+    assert [r.decision.outcome.value for r in report.regions] == ["adopted"], \
+        [r.decision.text for r in report.regions]
