@@ -75,6 +75,10 @@ def step_products(x, w):
                                    for t in range(x.shape[1])], 1))
 
 
+def token_mean(h, w, b):
+    return torch.nn.functional.linear(h, w, b).mean(1)
+
+
 _MODELS: dict = {}  # built on the first call of a case's inputs (not at import)
 
 
@@ -126,6 +130,7 @@ _W = _randn(512, 512, seed=3)
 _B2, _C2 = _randn(512, 512, seed=4), _randn(512, 64, seed=5)
 _VOCAB = _randn(256, 4096, seed=6)
 _W_STEP = _randn(256, 256, seed=7)
+_W_POOL, _B_POOL = _randn(512, 256, seed=8), _randn(512, seed=9)
 
 CASES = [
     SizeCase("chain_softmax", "softmax((a @ b) @ c), a: rows × 1024, b: 1024², c: 1024 × 64",
@@ -150,6 +155,10 @@ CASES = [
              step_products,
              lambda n: (_randn(n, 8, 256, seed=n), _W_STEP),
              (64, 48, 32, 100, 128, 16, 200, 256, 24, 80, 96, 40)),
+    SizeCase("token_mean", "linear(h, w, b).mean(1): a layer averaged over the tokens, h: 4 × "
+             "length × 256, w: 512 × 256", token_mean,
+             lambda n: (_randn(4, n, 256, seed=n), _W_POOL, _B_POOL),
+             (128, 96, 64, 160, 200, 256, 32, 48, 300, 384, 80, 112)),
     SizeCase("bert_seq", "2 BERT layers, d=256, sequence lengths 32 to 512", bert_stack,
              _sequence("bert"), (32, 64, 96, 128, 192, 256, 320, 384, 448, 512, 40, 200)),
     SizeCase("gpt2_decode", "GPT-2 block, d=256, decoding: the sequence grows by one token",
