@@ -307,9 +307,12 @@ def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool,
     like = torch.empty_strided([concrete(d) for d in like.shape],
                                [concrete(d) for d in like.stride()], dtype=like.dtype)
     metas = [region.inputs[name].meta["val"] for name in kernel.input_names]
-    read = symbolic.sizes_as_symbols(
-        rewrite.trace_kernel(kernel, operands, like, decompositions),
-        symbolic.fake_inputs(operands, metas)[0], like)
+    try:
+        read = symbolic.sizes_as_symbols(
+            rewrite.trace_kernel(kernel, operands, like, decompositions),
+            symbolic.fake_inputs(operands, metas)[0], like)
+    except Exception:  # (the kernel as it is, traced below, says what fails)
+        read = None
     failure = None
     for program in ([read] if read is not None else []) + [kernel]:
         fakes, env = symbolic.fake_inputs(operands, metas)

@@ -6,14 +6,20 @@ chosen program is written at concrete sizes. So a region is translated, derived,
 measured at the sizes of the call that compiled the graph (the hints), and its program is
 then emitted symbolically:
 
-1. the lowered program is traced on fake inputs whose dims are symbolic exactly where the
-   region's inputs are, in a fresh ``ShapeEnv`` that keeps which of those sizes are one
-   symbol in the graph: a program that fixed a size (a reshape to a literal, an index array
-   of one length) or related two sizes the graph does not relate adds a guard there and is
-   refused, so the graph is never specialised behind the user's back;
-2. the traced graph is checked numerically at a second size against the region's original
-   nodes (an index array that fits only the hint would fail here);
-3. only then is it spliced in, and Inductor compiles one graph for every size.
+1. the lowered program writes sizes as numbers: where one is the hint of a symbolic size,
+   the program reading that size is tried first (``sizes_as_symbols``);
+2. it is traced on fake inputs whose dims are symbolic exactly where the region's inputs
+   are, in a fresh ``ShapeEnv`` that keeps which of those sizes are one symbol in the graph:
+   a program that fixed a size (a reshape to a literal, an index array of one length) or
+   related two sizes the graph does not relate adds a guard there and is refused, so the
+   graph is never specialised behind the user's back;
+3. the traced graph is checked numerically at a second size, about half the hint, against
+   the region's original nodes (a number that was a size, or an index array that fits only
+   the hint, is off there);
+4. only then is it spliced in, and Inductor compiles one graph for every size.
+
+Before translation, a mean over a symbolic size becomes a sum divided by that size
+(``split_means``): the sum derives alone and the division reads the size.
 
 A region that fails either check keeps its original nodes, and the report says why.
 """
