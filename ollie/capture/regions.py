@@ -100,8 +100,8 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
         return n in forced or not users or not _converge(users, forced)
 
     for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
+        if node.op != "call_function" or isinstance(node.meta.get("val"), torch.SymInt):
+            continue  # (arithmetic on sizes: no tensor work to translate or report)
         build = aten.row(node.target)
         if build is None:
             left[node] = f"no row for {describe(node)} in the ATen table"
@@ -145,7 +145,7 @@ def _translate_once(gm: fx.GraphModule, forced: set[fx.Node], compose_shared: bo
                 raise Unsupported(f"shape {tuple(expr.shape)} differs from ATen's {meta[0]}")
         except Exception as e:  # an argument the row refuses: the node stays in the graph
             text = str(e).strip()
-            left[node] = f"{describe(node)}: {text.splitlines()[0] if text else type(e).__name__}"
+            left[node] = text.splitlines()[0] if text else type(e).__name__
             for a in node.all_input_nodes:  # its producers must now be materialised
                 if a in exprs and not materialised(a):
                     newly_forced.add(a)
