@@ -298,7 +298,7 @@ def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool,
     program writes sizes as numbers at the hints: where a number is a symbolic size's hint,
     the program reading that size is tried first, and with ``shape_env`` (the graph's) each
     form is checked at a second size before it is taken."""
-    like = region.root.meta["val"]
+    like = meta = region.root.meta["val"]
     if not dynamic:
         return rewrite.trace_kernel(kernel, operands, like, decompositions)
     if kernel.index_arrays:
@@ -310,7 +310,7 @@ def _trace(region, kernel, operands: list, decompositions: dict, dynamic: bool,
     try:
         read = symbolic.sizes_as_symbols(
             rewrite.trace_kernel(kernel, operands, like, decompositions),
-            symbolic.fake_inputs(operands, metas)[0], like)
+            symbolic.fake_inputs(operands, metas)[0], meta)
     except Exception:  # (the kernel as it is, traced below, says what fails)
         read = None
     failure = None

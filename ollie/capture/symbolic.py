@@ -268,35 +268,42 @@ def _node_of(gm: fx.GraphModule, size, copied: dict) -> fx.Node | int:
 
 def sizes_as_symbols(traced: fx.GraphModule, fakes: list, like) -> fx.GraphModule | None:
     """``traced`` (a program traced at the hint sizes) where each number an operator takes as
-    a size or a scalar, equal to the hint of one symbolic size of ``fakes`` and to no fixed
-    size of them or of ``like`` (the output), is read from that input's size instead (the
-    extent of a sum over a broadcast value, a view's length); None where there is none.
-    Whether the number was that size is not known here: the second-size check tells."""
-    symbols: dict[int, set] = {}  # hint -> the size symbols with that hint
+    a size or a scalar, equal to the hint of one symbolic size of ``fakes`` (alone, or times
+    one or two fixed sizes of them or of ``like``, the output) and to no fixed size, is read
+    from that input's size instead (the extent of a sum over a broadcast value, a view's
+    length, a flattened length or a stride); None where there is none. Whether the number
+    was that size is not known here: the second-size check tells."""
     where: dict = {}  # size symbol -> (input, dim) holding it
     for i, fake in enumerate(fakes):
         for d, n in enumerate(fake.shape):
             if _symbolic(n):
-                symbols.setdefault(int(n.node.hint), set()).add(n.node.expr)
-                where.setdefault(n.node.expr, (i, d))
-    fixed = {d for t in [*fakes, like] for d in t.shape if not _symbolic(d)}
-    hints = {h: where[next(iter(s))] for h, s in symbols.items() if len(s) == 1 and h not in fixed}
+                where.setdefault(n.node.expr, (i, d, int(n.node.hint)))
+    fixed = sorted({int(d) for t in [*fakes, like] for d in t.shape if not _symbolic(d)} - {0, 1})
+    factors = {1, *fixed, *(a * b for k, a in enumerate(fixed) for b in fixed[k:])}
+    readings: dict[int, set] = {}  # number -> the (input, dim, factor) it could be
+    for i, d, hint in where.values():
+        for f in factors:
+            readings.setdefault(hint * f, set()).add((i, d, f))
+    numbers = {n: next(iter(r)) for n, r in readings.items()
+               if len({(i, d) for i, d, _ in r}) == 1 and n not in fixed}
     gm, _ = copy_graph(traced)
     placeholders = gm.graph.find_nodes(op="placeholder")
-    reads: dict[tuple[int, int], fx.Node] = {}
+    reads: dict[tuple[int, int, int], fx.Node] = {}
 
     def symbol(value):
         if isinstance(value, (list, tuple)):
             return type(value)(symbol(v) for v in value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not float(value).is_integer() or int(value) not in hints:
+                not float(value).is_integer() or int(value) not in numbers:
             return value
-        i, d = hints[int(value)]
-        if (i, d) not in reads:
+        i, d, f = numbers[int(value)]
+        if (i, d, f) not in reads:
             with gm.graph.inserting_after(placeholders[-1]):
-                reads[i, d] = gm.graph.call_function(torch.ops.aten.sym_size.int,
-                                                     (placeholders[i], d))
-        return reads[i, d]
+                size = gm.graph.call_function(torch.ops.aten.sym_size.int, (placeholders[i], d))
+            with gm.graph.inserting_after(size):
+                reads[i, d, f] = size if f == 1 else \
+                    gm.graph.call_function(operator.mul, (size, f))
+        return reads[i, d, f]
     for node in [n for n in gm.graph.nodes if n.op == "call_function"]:
         if isinstance(node.target, torch._ops.OpOverload):
             sizes = _size_arguments(node.target)
