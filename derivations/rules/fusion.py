@@ -132,7 +132,8 @@ class _Atoms:
 
     def to_poly(self, e) -> sympy.Expr:
         if isinstance(e, Const):
-            return sympy.nsimplify(e.value) if float(e.value).is_integer() else sympy.Float(e.value)
+            return sympy.Integer(int(e.value)) if float(e.value).is_integer() \
+                else sympy.Float(e.value)
         if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
             x, y = self.to_poly(e.lhs), self.to_poly(e.rhs)
             return x + y if e.op is BinOp.ADD else x - y if e.op is BinOp.SUB else x * y
