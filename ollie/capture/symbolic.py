@@ -268,27 +268,43 @@ def _node_of(gm: fx.GraphModule, size, copied: dict) -> fx.Node | int:
 
 def sizes_as_symbols(traced: fx.GraphModule, fakes: list, like) -> fx.GraphModule | None:
     """``traced`` (a program traced at the hint sizes) where each number an operator takes as
-    a size or a scalar, equal to the hint of one symbolic size of ``fakes`` (alone, or times
-    one or two fixed sizes of them or of ``like``, the output) and to no fixed size, is read
-    from that input's size instead (the extent of a sum over a broadcast value, a view's
-    length, a flattened length or a stride); None where there is none. Whether the number
-    was that size is not known here: the second-size check tells."""
-    where: dict = {}  # size symbol -> (input, dim) holding it
+    a size or a scalar, equal to one product of symbolic sizes of ``fakes`` (one size, or
+    two: a batch times a length), times 1, one or two fixed sizes of them or of ``like``
+    (the output), and to no other such product nor fixed size, is read from those inputs'
+    sizes instead (the extent of a sum over a broadcast value, a view's length, a flattened
+    length or a stride); None where there is none. Whether the number was that product is
+    not known here: the second-size check tells."""
+    where: dict = {}  # size symbol -> (input, dim) holding it, and its hint
     for i, fake in enumerate(fakes):
         for d, n in enumerate(fake.shape):
             if _symbolic(n):
-                where.setdefault(n.node.expr, (i, d, int(n.node.hint)))
+                where.setdefault(n.node.expr, ((i, d), int(n.node.hint)))
     fixed = sorted({int(d) for t in [*fakes, like] for d in t.shape if not _symbolic(d)} - {0, 1})
     factors = {1, *fixed, *(a * b for k, a in enumerate(fixed) for b in fixed[k:])}
-    readings: dict[int, set] = {}  # number -> the (input, dim, factor) it could be
-    for i, d, hint in where.values():
-        for f in factors:
-            readings.setdefault(hint * f, set()).add((i, d, f))
+    symbols = list(where.values())
+    monomials = [((at,), hint) for at, hint in symbols] + \
+        [((a, b), ha * hb) for k, (a, ha) in enumerate(symbols) for b, hb in symbols[k:]]
+    readings: dict[int, set] = {}  # number -> the (dims, factor) it could be
+    for dims, hint in monomials:
+        for f in factors if len(dims) == 1 else {1, *fixed}:
+            readings.setdefault(hint * f, set()).add((dims, f))
     numbers = {n: next(iter(r)) for n, r in readings.items()
-               if len({(i, d) for i, d, _ in r}) == 1 and n not in fixed}
+               if len({dims for dims, _ in r}) == 1 and n not in fixed}
     gm, _ = copy_graph(traced)
     placeholders = gm.graph.find_nodes(op="placeholder")
-    reads: dict[tuple[int, int, int], fx.Node] = {}
+    first_step = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    reads: dict = {}  # (dims, factor) -> the node computing it, before the program's steps
+
+    def read(dims: tuple, f: int) -> fx.Node:
+        if (dims, f) not in reads:
+            with gm.graph.inserting_before(first_step):
+                sizes = [gm.graph.call_function(torch.ops.aten.sym_size.int,
+                                                (placeholders[i], d)) for i, d in dims]
+                product = sizes[0]
+                for factor in sizes[1:] + ([f] if f != 1 else []):
+                    product = gm.graph.call_function(operator.mul, (product, factor))
+            reads[dims, f] = product
+        return reads[dims, f]
 
     def symbol(value):
         if isinstance(value, (list, tuple)):
@@ -296,18 +312,11 @@ def sizes_as_symbols(traced: fx.GraphModule, fakes: list, like) -> fx.GraphModul
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 not float(value).is_integer() or int(value) not in numbers:
             return value
-        i, d, f = numbers[int(value)]
-        if (i, d, f) not in reads:
-            with gm.graph.inserting_after(placeholders[-1]):
-                size = gm.graph.call_function(torch.ops.aten.sym_size.int, (placeholders[i], d))
-            with gm.graph.inserting_after(size):
-                reads[i, d, f] = size if f == 1 else \
-                    gm.graph.call_function(operator.mul, (size, f))
-        return reads[i, d, f]
+        return read(*numbers[int(value)])
     for node in [n for n in gm.graph.nodes if n.op == "call_function"]:
         if isinstance(node.target, torch._ops.OpOverload):
-            sizes = _size_arguments(node.target)
-            node.args = tuple(symbol(a) if k in sizes else a for k, a in enumerate(node.args))
+            positions = _size_arguments(node.target)
+            node.args = tuple(symbol(a) if k in positions else a for k, a in enumerate(node.args))
     if not reads:
         return None
     gm.recompile()

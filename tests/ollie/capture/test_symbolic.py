@@ -211,6 +211,25 @@ def test_a_number_that_is_a_varying_size_times_fixed_ones_is_read_as_that_produc
     torch.testing.assert_close(read(a, b), a @ b)
 
 
+def test_a_number_that_is_a_product_of_two_varying_sizes_is_read_as_that_product():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, \
+        StatelessSymbolicContext
+
+    reals = [torch.randn(3, 5, 4), torch.randn(4, 8)]  # a batch of 3 rows of length 5
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    metas = [mode.from_tensor(reals[0], symbolic_context=StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC] * 2 + [DimDynamic.STATIC], constraint_sizes=[None] * 3)),
+        mode.from_tensor(reals[1], static_shapes=True)]
+
+    def program(a, b):  # the rows flattened (3 · 5), then the batch's stride (5 · 8)
+        return torch.as_strided(a.reshape(15, 4) @ b, (3, 5, 8), (40, 8, 1))
+    traced = rewrite.trace_kernel(Kernel(program), reals, program(*reals), {})
+    read = symbolic.sizes_as_symbols(traced, symbolic.fake_inputs(reals, metas)[0], metas[0])
+    a, b = torch.randn(2, 7, 4), torch.randn(4, 8)
+    torch.testing.assert_close(read(a, b), a @ b)
+
+
 def test_a_linear_layer_averaged_over_a_sequence_of_any_length_is_rewritten():
     import ollie
 
@@ -242,3 +261,23 @@ def test_a_pointwise_convolution_then_a_linear_layer_over_any_length_is_rewritte
     static, dynamic = backend.reports  # one weight W_lin W_conv; strides read the length
     assert [r.decision.outcome.value for r in dynamic.regions] == ["adopted"], \
         [r.decision.text for r in dynamic.regions]
+
+
+def test_a_pointwise_convolution_then_a_linear_layer_at_any_batch_and_length_is_rewritten():
+    """Compiled with ``dynamic=True``, batch and length are both symbolic from the first call:
+    the program's flattened rows are their product."""
+    import ollie
+
+    conv, linear = torch.nn.Conv1d(64, 128, 1).eval(), torch.nn.Linear(128, 32).eval()
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(lambda x: linear(conv(x).transpose(1, 2)), backend=backend,
+                             dynamic=True)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for batch, length in ((4, 96), (3, 80), (5, 131)):
+            x = torch.randn(batch, 64, length)
+            torch.testing.assert_close(compiled(x), linear(conv(x).transpose(1, 2)),
+                                       rtol=1e-4, atol=1e-5)
+    [report] = backend.reports
+    assert [r.decision.outcome.value for r in report.regions] == ["adopted"], \
+        [r.decision.text for r in report.regions]
