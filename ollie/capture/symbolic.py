@@ -7,7 +7,8 @@ measured at the sizes of the call that compiled the graph (the hints), and its p
 then emitted symbolically:
 
 1. the lowered program writes sizes as numbers: where one is the hint of a symbolic size,
-   the program reading that size is tried first (``sizes_as_symbols``);
+   or of a product of one or two of them with fixed sizes (a flattened batch of sequences,
+   a stride), the program reading those sizes is tried first (``sizes_as_symbols``);
 2. it is traced on fake inputs whose dims are symbolic exactly where the region's inputs
    are, in a fresh ``ShapeEnv`` that keeps which of those sizes are one symbol in the graph:
    a program that fixed a size (a reshape to a literal, an index array of one length) or
