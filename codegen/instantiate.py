@@ -9,7 +9,8 @@ and returns its node and the form's name for ``Kernel.forms``:
 - ``g2bmm`` / ``gbmm``: the ``ollie::`` custom ops of ``codegen.ops`` (``codegen.banded``
   underneath), which never form the dense product;
 - ``mm`` / ``bmm`` / ``matmul`` / ``mv`` / ``dot``: a Matmul match; operands permuted, dims of
-  one role flattened into one matrix dim, the result unflattened and permuted.
+  one role flattened into one matrix dim, the result unflattened and permuted;
+- ``cumsum``: a running sum (``match_prefix_sum``), never the sum of every shifted read.
 
 ``softmax_chains`` finds the max / exp / sum / divide chains ``match_softmax`` recognises; the
 backend lowers a chain's last scope to ``torch.softmax`` (or ``log_softmax``) and skips its
@@ -25,8 +26,8 @@ import torch.nn.functional as F
 from codegen.torch_expr import BodyEmitter, Value, permuted
 from ir.nodes import Scope, accesses
 from ir.patterns import (
-    BandedMatch, ConvMatch, MatmulMatch, SoftmaxMatch, match_conv, match_g2bmm, match_gbmm,
-    match_matmul, match_softmax,
+    BandedMatch, ConvMatch, MatmulMatch, PrefixSumMatch, SoftmaxMatch, match_conv, match_g2bmm,
+    match_gbmm, match_matmul, match_prefix_sum, match_softmax,
 )
 
 
@@ -41,6 +42,9 @@ def instantiate(writer, s: Scope) -> tuple[object, str] | None:
     m = match_g2bmm(s) or match_gbmm(s)
     if m is not None:
         return _banded(writer, m)
+    m = match_prefix_sum(s)
+    if m is not None:
+        return _prefix_sum(writer, m)
     return None
 
 
@@ -144,3 +148,11 @@ def _banded(writer, m: BandedMatch):
         ({"offset": m.offset} if m.offset else {})
     op = getattr(torch.ops.ollie, m.kind).default
     return permuted(writer.call(op, lhs, rhs, **options), m.out_perm), m.kind
+
+
+# -- running sums ----------------------------------------------------------------------------
+def _prefix_sum(writer, m: PrefixSumMatch):
+    x = torch.cumsum(writer.source_node(m.source), m.dim)
+    if m.length < m.source.shape[m.dim]:
+        x = x.narrow(m.dim, 0, m.length)
+    return permuted(x, m.out_dims), "cumsum"

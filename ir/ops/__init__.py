@@ -25,7 +25,7 @@ from ir.ops.elementwise import (
 from ir.ops.indexing import diag, diagonal, select, trace
 from ir.ops.linear_algebra import bmm, dot, linear, matmul, mm, mv
 from ir.ops.pooling import avg_pool2d
-from ir.ops.reduction import amax, amin, log_softmax, mean, softmax, sum, var
+from ir.ops.reduction import amax, amin, cumsum, log_softmax, mean, softmax, sum, var
 from ir.ops.shape import (
     as_strided, cat, contiguous, expand, flatten, getitem, pad, permute, reshape, slice, squeeze,
     stack, transpose, unfold, unsqueeze, view,
@@ -44,7 +44,7 @@ __all__ = [
     # comparisons and selection
     "lt", "le", "gt", "ge", "eq", "ne", "where",
     # reductions
-    "sum", "mean", "var", "amax", "amin", "softmax", "log_softmax", "avg_pool2d",
+    "sum", "mean", "var", "amax", "amin", "cumsum", "softmax", "log_softmax", "avg_pool2d",
     # shape
     "transpose", "permute", "reshape", "view", "flatten", "squeeze", "unsqueeze", "slice",
     "unfold", "pad", "cat", "stack", "expand", "contiguous", "as_strided", "getitem",

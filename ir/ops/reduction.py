@@ -1,8 +1,9 @@
-"""Reductions (sum, mean, amax, amin) and the softmax family as nested scopes.
+"""Reductions (sum, mean, amax, amin, cumsum) and the softmax family as nested scopes.
 
 ``sum(x, dim=1)`` over ``x[i, j, k]`` is ``out[i, k] = sum[j] x[i, j, k]``: kept dims are
 traversal iterators, reduced dims summation iterators. With ``keepdim`` the reduced dims stay
-as size-1 traversal iterators the body does not use. ``softmax`` is four scopes: the max (for
+as size-1 traversal iterators the body does not use. ``cumsum`` sums a shifted read whose
+reads before the start are out of bounds (0). ``softmax`` is four scopes: the max (for
 stability), ``exp(x - max)``, its sum, and the quotient.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ir.ops._util import (
     scope, syms,
 )
 
-__all__ = ["sum", "mean", "var", "amax", "amin", "softmax", "log_softmax"]
+__all__ = ["sum", "mean", "var", "amax", "amin", "cumsum", "softmax", "log_softmax"]
 
 
 def _dims(op: str, x, dim) -> tuple[int, ...]:
@@ -80,6 +81,22 @@ def var(input, dim=None, *, correction=1, keepdim: bool = False):
     out = iters(axis_names(total.rank), total.shape)
     return scope("var", out, (), read(total, *syms(out)) / Const(float(max(0, count - correction))),
                  dtype=x.dtype)
+
+
+def cumsum(input, dim: int):
+    """torch.cumsum: ``out[.., t, ..] = sum[j] x[.., t - j, ..]`` over ``j in 0:n``. The
+    reads before the start are out of bounds and read 0, so a prefix is a plain sum: the
+    last entry of a running sum is the whole sum, and the derivations see it."""
+    x = operand("cumsum", input)
+    if x.rank == 0:
+        raise OpError("cumsum", "a 0-d tensor has nothing to accumulate")
+    d = normalize_dim("cumsum", dim, x.rank)
+    names = axis_names(x.rank)
+    traversal = iters(names, x.shape)
+    (shift,) = iters([f"r{names[d]}"], [x.shape[d]])
+    at = [it.symbol for it in traversal]
+    at[d] = at[d] - shift.symbol
+    return scope("cumsum", traversal, (shift,), read(x, *at), Reduce.SUM, dtype=x.dtype)
 
 
 def _extremum(op: str, reduce: Reduce, input, dim, keepdim):

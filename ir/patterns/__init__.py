@@ -28,8 +28,8 @@ from ir.nodes import Access, Binary, Reduce, Scope, Unary, free_iterators, itera
 from ir.patterns.banded import BandedMatch, match_g2bmm, match_gbmm
 from ir.patterns.conv import ConvMatch, match_conv
 from ir.patterns.maps import (
-    ElementwiseMatch, ReductionMatch, SoftmaxMatch, match_elementwise, match_reduction,
-    match_softmax,
+    ElementwiseMatch, PrefixSumMatch, ReductionMatch, SoftmaxMatch, match_elementwise,
+    match_prefix_sum, match_reduction, match_softmax,
 )
 from ir.patterns.matmul import MatmulMatch, match_matmul
 from ir.patterns.table import Affine, IteratorTable, Row, Use, iterator_table, product_terms
@@ -39,7 +39,8 @@ __all__ = [
     "match_matmul", "MatmulMatch", "match_conv", "ConvMatch",
     "match_g2bmm", "match_gbmm", "BandedMatch",
     "match_elementwise", "ElementwiseMatch", "match_reduction", "ReductionMatch",
-    "match_softmax", "SoftmaxMatch", "classify", "CLASSES",
+    "match_softmax", "SoftmaxMatch", "match_prefix_sum", "PrefixSumMatch", "classify",
+    "CLASSES",
 ]
 
 CLASSES = ("matmul", "batch_matmul", "conv", "g2bmm", "gbmm", "elementwise", "reduction",

@@ -6,6 +6,9 @@ scope without summation over plain reads is elementwise; with summation it is a 
 unless it sums a product of two or more factors varying along the summation (a
 contraction). Anything that re-indexes (offsets, strides, floor/mod, padding) is not.
 
+``match_prefix_sum`` recognises a running sum, ``out[t] = sum[r] x[t - r]`` (``ir.ops.cumsum``:
+the reads before the start are 0).
+
 ``match_softmax`` recognises the chain ``ir.ops.softmax`` / ``log_softmax`` build -- a max
 scope, an exp scope, a sum scope and the root -- by its structure.
 """
@@ -48,6 +51,47 @@ class SoftmaxMatch:
     source: Tensor | Scope      # the input x
     dim: int
     fused: tuple[Scope, ...]    # the chain's inner scopes: max, exp, sum
+
+
+@dataclass(frozen=True)
+class PrefixSumMatch:
+    """``out[.., t, ..] = sum[r] x[.., t - r, ..]``, ``r`` over at least ``t``'s range: the
+    first ``length`` entries of ``torch.cumsum(x, dim)``."""
+    source: Tensor | Scope
+    dim: int                    # the source dim accumulated along
+    length: int                 # t's extent (at most that dim's size)
+    out_dims: tuple[int, ...]   # per traversal iterator, the source dim it reads
+
+
+def match_prefix_sum(scope: Scope) -> PrefixSumMatch | None:
+    """A sum of one read at ``t - r`` along one dim (``r`` the only summation iterator, from
+    0, over at least ``t``'s extent) and whole by the other traversal iterators, or None."""
+    if scope.reduce is not Reduce.SUM or len(scope.summation) != 1 or \
+            not isinstance(scope.body, Access) or scope.summation[0].lo != 0:
+        return None
+    (shift,) = scope.summation
+    read, size = scope.body, scope.body.source.shape
+    by_symbol = {it.symbol: it for it in scope.traversal}
+    if any(it.lo != 0 for it in scope.traversal) or read.source.rank != len(by_symbol):
+        return None
+    out_dims: dict[str, int] = {}
+    dim = length = None
+    for d, index in enumerate(read.indices):
+        it = by_symbol.get(index)
+        if it is None and dim is None:  # the accumulated dim: t - r
+            dim, it = d, by_symbol.get(index + shift.symbol)
+            if it is None or shift.extent < it.extent or it.extent > size[d]:
+                return None
+            length = it.extent
+        elif it is None or it.extent != size[d]:
+            return None
+        if it.name in out_dims:
+            return None
+        out_dims[it.name] = d
+    if dim is None:
+        return None
+    return PrefixSumMatch(read.source, dim, length,
+                          tuple(out_dims[it.name] for it in scope.traversal))
 
 
 def plain_dims(t: IteratorTable) -> tuple[tuple[str | None, ...], ...] | None:

@@ -74,6 +74,11 @@ def _mean(self, dim=None, keepdim=False, *, dtype=None):
     return ops.mean(self, _all_dims(dim), keepdim)
 
 
+def _cumsum(self, dim, *, dtype=None):
+    _same_dtype("cumsum", self, dtype)
+    return ops.cumsum(self, dim)
+
+
 def _extremum(op):
     def row(self, dim=(), keepdim=False):
         return op(self, () if dim is None else dim, keepdim)
@@ -186,7 +191,7 @@ TABLE = {
     aten.full: _full, aten.scalar_tensor: _scalar_tensor,
     # reductions
     aten.sum: _sum, aten.mean: _mean, aten.amax: _extremum(ops.amax),
-    aten.amin: _extremum(ops.amin), aten.var: _var,
+    aten.amin: _extremum(ops.amin), aten.var: _var, aten.cumsum: _cumsum,
     aten._softmax: _softmax(ops.softmax), aten._log_softmax: _softmax(ops.log_softmax),
     # views and data movement
     aten.view: _view, aten._unsafe_view: _view, aten.reshape: _view,

@@ -102,6 +102,20 @@ def test_banded_layouts_batch_axes_and_shifts():
     assert check_lowering(scope).forms == ("gbmm",)
 
 
+# -- running sums ----------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, dim", [((6,), 0), ((5, 4), 0), ((5, 4), 1), ((2, 3, 4), 1)])
+def test_cumsum_is_one_torch_cumsum(shape, dim):
+    kernel = check_lowering(ops.cumsum(T("x", *shape), dim))
+    assert kernel.forms == ("cumsum",) and calls(kernel) == {"cumsum": 1}
+
+
+def test_a_shorter_or_transposed_running_sum_is_cumsum_and_a_window_sum_is_not():
+    scope = Scope(its(j=4, i=5), its(r=6), T("x", 6, 4)[i - r, j])  # 5 of 6 prefixes, .T
+    assert check_lowering(scope).forms == ("cumsum",)
+    window = Scope(its(i=6, j=4), its(r=3), T("x", 6, 4)[i - r, j])  # the last 3 rows only
+    assert check_lowering(window).forms != ("cumsum",)
+
+
 # -- softmax ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind, shape, dim", [
     ("softmax", (3, 4, 5), 1), ("softmax", (7,), 0), ("log_softmax", (3, 4, 5), -1),

@@ -23,6 +23,19 @@ def test_reduction_matches_torch(ir_fn, torch_fn, shape, kw):
     check_against_torch(ir_fn, torch_fn, shape, name=ir_fn.__name__, **kw)
 
 
+@pytest.mark.parametrize("shape,dim", [((5,), 0), ((3, 4), 0), ((3, 4), 1), ((2, 3, 4), -2),
+                                       ((0, 3), 0), ((1, 4), 1)], ids=str)
+def test_cumsum_matches_torch(shape, dim):
+    check_against_torch(ops.cumsum, torch.cumsum, shape, dim=dim)
+
+
+def test_cumsum_is_a_sum_over_shifts_and_refuses_a_0d_tensor():
+    scope = ops.cumsum(ops.exp(operands((4, 3))[0]), 0)
+    assert scope.reduce is Reduce.SUM and [it.extent for it in scope.summation] == [4]
+    with pytest.raises(OpError, match="0-d"):
+        ops.cumsum(operands(())[0], 0)
+
+
 @pytest.mark.parametrize("ir_fn,torch_fn", REDUCTIONS[:2], ids=lambda f: f.__name__)
 def test_sum_and_mean_over_an_empty_dim(ir_fn, torch_fn):
     check_against_torch(ir_fn, torch_fn, (2, 0, 3), dim=1)  # 0 for sum, nan for mean

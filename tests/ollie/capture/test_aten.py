@@ -39,6 +39,7 @@ CASES = [
     ("where", lambda x, y: torch.where(x > y, x, y * 2) + (x <= 0).float(), [(3, 4), (3, 4)]),
     ("reductions", lambda x: x.sum(1) + x.mean(1) + x.amax(1) + x.amin(1), [(3, 4)]),
     ("var", lambda x: x.var(1) + x.var(0, correction=0).sum(), [(3, 4)]),
+    ("cumsum", lambda x: torch.cumsum(x, 0) * 2 + x.cumsum(-1), [(3, 4)]),
     ("softmax", lambda x: torch.softmax(x, -1) + torch.log_softmax(x, 0), [(3, 4)]),
     ("views", lambda x: x.view(4, 3).t().permute(1, 0).unsqueeze(0).expand(2, 4, 3)
      .reshape(8, 3)[1:7:2, 1] * 2, [(3, 4)]),
@@ -117,6 +118,7 @@ def test_coverage_of_core_aten():
         "aten.addmm", "aten.alias", "aten.amax", "aten.amin", "aten.as_strided", "aten.avg_pool2d",
         "aten.bmm",
         "aten.cat", "aten.clamp", "aten.clone", "aten.constant_pad_nd", "aten.convolution",
+        "aten.cumsum",
         "aten.diagonal", "aten.div", "aten.eq", "aten.erf", "aten.exp", "aten.expand",
         "aten.full", "aten.ge", "aten.gelu", "aten.gt", "aten.le", "aten.log", "aten.lt",
         "aten.maximum", "aten.mean", "aten.minimum", "aten.mm", "aten.mul", "aten.ne",
@@ -267,3 +269,21 @@ def test_under_inductor_a_sum_of_squares_of_a_product_is_derived_where_its_inner
     [region] = translated(fn, [(64, inner), (inner, 64)])[0].regions
     why = regions.worth_deriving(region, inductor=True)
     assert (why is None) == derived, why
+
+
+@pytest.mark.parametrize("fn, rewritten", [
+    (lambda x, w: torch.cumsum(x @ w, 0)[-1], True),  # the whole sum: x.sum(0) @ w
+    (lambda x, w: torch.cumsum(x @ w, 0)[40] * 2, True),  # the first 41 rows summed
+    (lambda x, w: torch.cumsum(x @ w, 0), False),  # every prefix: nothing to save
+])
+def test_a_running_sum_of_a_product_read_at_one_entry_is_rewritten(fn, rewritten):
+    import ollie
+
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(fn, backend=backend)
+    x, w = torch.randn(512, 128), torch.randn(128, 128)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), fn(x, w), rtol=1e-4, atol=1e-3)
+    [report] = backend.reports
+    outcomes = [r.decision.outcome.value for r in report.regions]
+    assert (outcomes == ["adopted"]) == rewritten, [r.decision.text for r in report.regions]
