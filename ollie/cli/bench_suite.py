@@ -71,6 +71,10 @@ def matmul_sum(x, w):
     return (x @ w).sum(0)
 
 
+def running_sum_last(x, w):
+    return torch.cumsum(x @ w, 0)[-1]
+
+
 def attention(q, k, v):
     return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
 
@@ -187,6 +191,10 @@ def _matmul_sum(s):
     return matmul_sum, _inputs((_dim(2048, s), _dim(512, s)), (_dim(512, s), _dim(512, s)))
 
 
+def _running_sum_last(s):
+    return running_sum_last, _inputs((_dim(2048, s), _dim(256, s)), (_dim(256, s), _dim(256, s)))
+
+
 def _attention(s):
     shape = (_dim(4, s), _dim(256, s), _dim(64, s))
     return attention, _inputs(shape, shape, shape)
@@ -301,6 +309,8 @@ CASES = [
     Case("chunked_gbmm", "dilated banded P·V, 64 offsets per einsum over strided windows",
          _chunked_band_pv),
     Case("matmul_sum", "(x @ w).sum(0)", _matmul_sum),
+    Case("running_sum_last", "torch.cumsum(x @ w, 0)[-1]: a running sum's last entry",
+         _running_sum_last),
     Case("attention", "softmax(q @ kᵀ) @ v", _attention),
     Case("conv3x3", "conv2d 3×3, padding 1", _conv3x3),
     Case("conv_transpose", "conv_transpose2d 4×4, stride 2", _conv_transpose),
