@@ -26,7 +26,7 @@ from ollie.log import first_line
 from ollie.capture import regions as regions_mod
 from ollie.capture import contractions, eager_or_compiled, rewrite, size_range, substitution, \
     symbolic
-from ollie.capture.samples import concrete, sample_like
+from ollie.capture.samples import concrete, sample_like, sizes_at
 from ollie.numerics import max_relative_error
 
 
@@ -84,8 +84,17 @@ def rewrite_graph(gm: fx.GraphModule, example_inputs, options, title: str,
     ``guard_sizes``, a graph with symbolic sizes is kept to the size range where each
     region's choice holds: by a branch to the original graph (``report.size_branch``, which
     the backend builds) or by guards (``ollie.capture.size_range``)."""
-    report = GraphReport(title)
     dynamic = symbolic.has_symbolic_sizes(example_inputs)
+    at = symbolic.derivation_sizes(example_inputs, _shape_env(example_inputs)) if dynamic \
+        else {}
+    with sizes_at(at):
+        return _rewrite_graph(gm, example_inputs, options, title, decompositions, show,
+                              guard_sizes, portable, dynamic)
+
+
+def _rewrite_graph(gm, example_inputs, options, title, decompositions, show, guard_sizes,
+                   portable, dynamic):
+    report = GraphReport(title)
     gm = symbolic.split_means(gm) if dynamic else gm
     original, rolled = gm, substitution.rolled(gm, example_inputs, report)
     gm = rolled if rolled is not None else gm  # what the regions and substitutions start from

@@ -2,22 +2,39 @@
 
 Ollie measures and checks ATen graphs, never user code, so it needs data of the graph's
 shapes, strides and dtypes. A symbolic size (Dynamo's SymInt, once a size has varied) is
-sampled at its hint, the size of the call that compiled the graph, without adding a guard.
+sampled at its hint, the size of the call that compiled the graph, without adding a guard, or
+inside ``sizes_at`` at the value given there.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 
 import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 SEED = 0  # of every draw of sample inputs
+_SIZES: contextvars.ContextVar[dict] = contextvars.ContextVar("ollie_sizes", default={})
+
+
+@contextlib.contextmanager
+def sizes_at(values: dict):
+    """Within, the size symbols in ``values`` take those values, not their hints, wherever a
+    size is made concrete (``concrete``, ``sample_like``)."""
+    token = _SIZES.set(values)
+    try:
+        yield
+    finally:
+        _SIZES.reset(token)
 
 
 def concrete(value, at: dict | None = None):
-    """An int for a SymInt (its hint, or its value where the size symbols in ``at`` take
-    those values), a float for a SymFloat; anything else as it is."""
+    """An int for a SymInt (its hint, or its value where the size symbols in ``at``, or in
+    the ``sizes_at`` around the call, take those values), a float for a SymFloat; anything
+    else as it is."""
+    if _SIZES.get():
+        at = {**_SIZES.get(), **(at or {})}
     if isinstance(value, torch.SymInt):
         expr = value.node.expr
         if at and expr.free_symbols & at.keys():

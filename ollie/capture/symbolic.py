@@ -3,8 +3,9 @@
 Once a size varies, Dynamo recompiles with it symbolic (a SymInt) and hands Ollie one graph
 for every size. Ollie's derivations are identities for every size; only the lowering of a
 chosen program is written at concrete sizes. So a region is translated, derived, checked and
-measured at the sizes of the call that compiled the graph (the hints), and its program is
-then emitted symbolically:
+measured at the sizes of the call that compiled the graph (the hints; where a hint equals a
+fixed size, at a value near it that does not: ``derivation_sizes``), and its program is then
+emitted symbolically:
 
 1. the lowered program writes sizes as numbers: where one is the hint of a symbolic size,
    or of a product of one or two of them with fixed sizes (a flattened batch of sequences,
@@ -117,6 +118,32 @@ def other_sizes(metas: list, shape_env: ShapeEnv):
         sizes = {s: new(hints[s]) for s in symbols if s in hints}
         if any(sizes[s] != hints[s] for s in sizes) and _admitted(sizes, hints, shape_env):
             yield sizes
+
+
+def derivation_sizes(example_inputs, shape_env: ShapeEnv, reach: int = 8) -> dict:
+    """Values, other than the hints, for the size symbols of the graph's tensor inputs whose
+    hint equals a fixed size of them (a length of 256 beside 256 features) or another
+    symbol's value: the nearest (within ``reach``) the graph's guards admit that equals
+    neither. At those sizes every number a derived program writes tells which size it is
+    (``sizes_as_symbols``); at a colliding hint it could be either, and is read as neither.
+    The regions are translated, derived and checked there (``samples.sizes_at``)."""
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    taken = {int(d) for t in tensors for d in t.shape if not _symbolic(d)}
+    hints = {s: int(v) for s, v in shape_env.backed_var_to_val.items()}
+    symbols = dict.fromkeys(d.node.expr for t in tensors for d in t.shape
+                            if _symbolic(d) and d.node.expr in hints)
+    chosen: dict = {}
+    for s in symbols:
+        hint = hints[s]
+        for v in [hint] + [hint + k * sign for k in range(1, reach + 1) for sign in (1, -1)]:
+            if v > 1 and v not in taken and _admitted({**chosen, s: v}, hints, shape_env):
+                break
+        else:
+            v = hint
+        taken.add(v)
+        if v != hint:
+            chosen[s] = v
+    return chosen
 
 
 def _admitted(sizes: dict, hints: dict, shape_env: ShapeEnv) -> bool:

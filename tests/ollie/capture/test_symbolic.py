@@ -281,3 +281,37 @@ def test_a_pointwise_convolution_then_a_linear_layer_at_any_batch_and_length_is_
     [report] = backend.reports
     assert [r.decision.outcome.value for r in report.regions] == ["adopted"], \
         [r.decision.text for r in report.regions]
+
+
+def test_a_hint_equal_to_a_fixed_size_is_moved_for_the_derivation_and_others_stay():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, \
+        StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC],
+                                       constraint_sizes=[None, None])
+    length_as_features = mode.from_tensor(torch.randn(256, 256), symbolic_context=dynamic)
+    other = mode.from_tensor(torch.randn(96, 256), symbolic_context=dynamic)
+    moved = symbolic.derivation_sizes([length_as_features], mode.shape_env)
+    [(symbol, value)] = moved.items()
+    assert value != 256 and abs(value - 256) <= 8
+    assert symbolic.derivation_sizes([other], mode.shape_env) == {}
+
+
+def test_a_length_equal_to_the_features_is_rewritten_for_every_length():
+    """The second length (256) makes the length symbolic with a hint equal to the features:
+    derived at a nearby length, every number of the program tells which size it is."""
+    import ollie
+
+    linear = torch.nn.Linear(256, 256).eval()
+    backend = ollie.OllieBackend(ollie.Options(cache=False, measure_cap_s=0.05))
+    compiled = torch.compile(lambda x: linear(x).mean(1), backend=backend)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for length in (128, 256, 96):
+            x = torch.randn(4, length, 256)
+            torch.testing.assert_close(compiled(x), linear(x).mean(1), rtol=1e-4, atol=1e-5)
+    static, dynamic = backend.reports
+    assert [r.decision.outcome.value for r in dynamic.regions] == ["adopted"], \
+        [r.decision.text for r in dynamic.regions]
