@@ -159,6 +159,10 @@ CASES = [
              "length × 256, w: 512 × 256", token_mean,
              lambda n: (_randn(4, n, 256, seed=n), _W_POOL, _B_POOL),
              (128, 96, 64, 160, 200, 256, 32, 48, 300, 384, 80, 112)),
+    SizeCase("token_mean_features", "token_mean whose second length is the features' 256: "
+             "the graph for every length has a size hint equal to a fixed size", token_mean,
+             lambda n: (_randn(4, n, 256, seed=n), _W_POOL, _B_POOL),
+             (128, 256, 96, 64, 160, 200, 32, 48, 300, 384, 80, 112)),
     SizeCase("bert_seq", "2 BERT layers, d=256, sequence lengths 32 to 512", bert_stack,
              _sequence("bert"), (32, 64, 96, 128, 192, 256, 320, 384, 448, 512, 40, 200)),
     SizeCase("gpt2_decode", "GPT-2 block, d=256, decoding: the sequence grows by one token",
