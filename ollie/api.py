@@ -127,6 +127,8 @@ class OptimizedFunction(functools.partial):
         if self._race is not None and not torch.is_grad_enabled() and \
                 self._race[0] == _signature(args, kwargs):
             return self._run_race(args, kwargs)
+        if self._race is not None and self._race[1].passed_by():
+            self._race = None
         frames = self.breaks.before_call()
         out = self._compiled(*args, **kwargs)
         compiled_now = self.breaks.after_call(frames)
@@ -248,9 +250,12 @@ class OptimizedModule(torch._dynamo.eval_frame.OptimizedModule):
     def __call__(self, *args, **kwargs):
         if covered(self.ollie_backend.eager_sizes, args, kwargs):  # (one check: see covered)
             return self.ollie_module(*args, **kwargs)
-        if self.ollie_races and not torch.is_grad_enabled() and \
-                (signature := _signature(args, kwargs)) in self.ollie_races:
-            return self._ollie_race(signature, args, kwargs)
+        if self.ollie_races:
+            if not torch.is_grad_enabled() and \
+                    (signature := _signature(args, kwargs)) in self.ollie_races:
+                return self._ollie_race(signature, args, kwargs)
+            for signature in [s for s, race in self.ollie_races.items() if race.passed_by()]:
+                del self.ollie_races[signature]
         return super().__call__(*args, **kwargs)
 
     def _ollie_race(self, signature: tuple, args: tuple, kwargs: dict):

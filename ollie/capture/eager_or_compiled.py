@@ -192,14 +192,18 @@ class CallRace:
     pays for what the other side left behind, is not counted. After ``BLOCKS`` blocks a
     side, eager wins (the decision is adopted) where its median leads by the noise of the
     calls' times (``noise_margin`` of the larger relative half inter-quartile range), and
-    ``settled(decision)`` is told."""
+    ``settled(decision)`` is told. A race waits through calls it cannot time (other sizes,
+    or under grad) only ``PATIENCE`` in a row: a decoder's length, new at every call, never
+    comes back to the raced one; then it is given up (``given_up()``), the compile kept."""
     BLOCK, BLOCKS = 4, 4
+    PATIENCE = 2 * BLOCK * BLOCKS
 
     def __init__(self, settled: Callable[[Decision], None], clock=time.perf_counter,
-                 covers: EagerSizes | None = None):
-        self.settled, self.clock = settled, clock
+                 covers: EagerSizes | None = None, given_up: Callable[[], None] = lambda: None):
+        self.settled, self.clock, self.given_up = settled, clock, given_up
         self.covers = covers  # the calls an eager win covers (None: the raced signature's)
         self.calls = 0
+        self.waited = 0  # calls in a row the race could not time
         self.times: tuple[list[float], list[float]] = ([], [])  # compiled's, eager's
         self.decision: Decision | None = None
 
@@ -221,9 +225,20 @@ class CallRace:
         note(f"graph {number}: the sample timing cannot tell eager PyTorch from {compiled}: "
              f"the first {2 * cls.BLOCK * cls.BLOCKS} calls time both as they run, each "
              "running one")
-        return cls(settled, covers=covers)
+        return cls(settled, covers=covers, given_up=lambda: note(
+            f"graph {number}: the race of eager PyTorch and {compiled} was given up: "
+            f"{cls.PATIENCE} calls in a row came with other sizes (or grad); it runs {compiled}"))
+
+    def passed_by(self) -> bool:
+        """A call the race cannot time; whether the race is now given up."""
+        self.waited += 1
+        if self.waited <= self.PATIENCE:
+            return False
+        self.given_up()
+        return True
 
     def run(self, eager: Callable[[], Any], compiled: Callable[[], Any]):
+        self.waited = 0
         side = self.calls // self.BLOCK % 2  # compiled first: it has just run (compiling)
         start = self.clock()
         out = (eager if side else compiled)()

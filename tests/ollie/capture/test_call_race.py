@@ -205,3 +205,40 @@ def test_a_sequential_compiled_after_another_is_called_directly_where_eager_won(
         x = torch.randn(1, 8, 20)
         assert torch.allclose(optimized[1](x), second(x), atol=1e-6)
         assert optimized[1].ollie_eager_won((x,), {}), optimized[1].ollie_backend.notes
+
+
+def test_a_race_waits_through_other_calls_only_so_long():
+    now, given_up = [0.0], []
+    race = eager_or_compiled.CallRace(lambda d: None, clock=lambda: now[0],
+                                      given_up=lambda: given_up.append(1))
+    assert not any(race.passed_by() for _ in range(race.PATIENCE))
+    race.run(lambda: None, lambda: None)  # a call it times: the wait starts again
+    assert not any(race.passed_by() for _ in range(race.PATIENCE)) and not given_up
+    assert race.passed_by() and given_up == [1]
+
+
+@pytest.mark.parametrize("as_module", [False, True])
+def test_a_race_is_given_up_when_every_call_brings_a_new_length(monkeypatch, as_module):
+    """A decoder's length grows at every call: the race started at one length never gets
+    its second call, and the calls settle on the compile."""
+    calls = []
+    slow_compile(monkeypatch, calls)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)).eval()
+
+    def head(x):
+        return model(x)
+
+    f = ollie.optimize(model if as_module else
+                       eager_or_compiled.own_code(head, f"race_decoder_{as_module}"),
+                       measure_cap_s=0.05, cache=False)
+    backend = f.ollie_backend if as_module else f.backend
+    races = (lambda: bool(f.ollie_races)) if as_module else (lambda: f.racing)
+    patience = eager_or_compiled.CallRace.PATIENCE
+    with torch.no_grad():
+        for length in range(4, 7 + patience):
+            x = torch.randn(length, 16)
+            assert torch.allclose(f(x), model(x), atol=1e-6)
+    assert not races() and any("was given up" in n for n in backend.notes), backend.notes
+    if not as_module:
+        assert f.func is f._compiled  # torch.compile's own call path from now on
