@@ -232,7 +232,7 @@ class CallRace:
     def passed_by(self) -> bool:
         """A call the race cannot time; whether the race is now given up."""
         self.waited += 1
-        if self.waited <= self.PATIENCE:
+        if self.waited < self.PATIENCE:
             return False
         self.given_up()
         return True
